@@ -1,0 +1,13 @@
+"""The `gkr` command line: thin commands that turn flags into models and call the library.
+
+Each command module registers its commands on `app` when imported below.
+"""
+
+from __future__ import annotations
+
+from generator.cli._app import app, main
+
+# Importing a command module registers its commands on `app`.
+from generator.cli import render  # noqa: E402,F401  isort: skip
+
+__all__ = ["app", "main"]
