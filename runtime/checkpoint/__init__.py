@@ -1,0 +1,1 @@
+"""Distributed checkpointing: async host staging, commit markers, retention, resharding."""

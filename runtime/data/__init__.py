@@ -1,0 +1,1 @@
+"""Per-rank data loader pipeline with a deterministic, resumable global schedule."""

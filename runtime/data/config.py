@@ -1,0 +1,85 @@
+"""Configuration of the per-rank data loader pipeline (the `data` section of a training config)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class DatasetSource(BaseModel):
+    """One map-style dataset of the mixture, built from an importable factory."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="Short name, unique within `data.datasets`.")
+    factory: str = Field(
+        pattern=r"^[\w.]+:[\w.]+$",
+        description="`module:callable` returning an object with `__len__` and `__getitem__`.",
+    )
+    kwargs: dict[str, object] = Field(
+        default_factory=dict, description="Keyword arguments passed to the factory."
+    )
+    weight: float = Field(
+        default=1.0, gt=0, description="Share of each epoch drawn from this dataset (relative)."
+    )
+
+
+class DataConfig(BaseModel):
+    """How each training rank feeds batches: sources, schedule and pipeline shape."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    datasets: list[DatasetSource] = Field(
+        min_length=1, description="Datasets mixed into one global sampling schedule."
+    )
+    batch_size: int = Field(gt=0, description="Samples per batch on each rank.")
+    seed: int = Field(default=0, ge=0, description="Seed of the global sampling schedule.")
+    shuffle: bool = Field(default=True, description="Shuffle the global order every epoch.")
+    samples_per_epoch: int | None = Field(
+        default=None,
+        gt=0,
+        description="Global samples per epoch; default: the total length of all datasets.",
+    )
+    transform: str | None = Field(
+        default=None,
+        pattern=r"^[\w.]+:[\w.]+$",
+        description="`module:callable` applied to each sample in the producers.",
+    )
+    collate: str | None = Field(
+        default=None,
+        pattern=r"^[\w.]+:[\w.]+$",
+        description="`module:callable` turning a list of samples into a batch (default: stack).",
+    )
+    producers: int = Field(default=2, ge=1, le=64, description="Producer processes per rank.")
+    collators: int = Field(default=1, ge=1, le=16, description="Collator processes per rank.")
+    chunk_size: int | None = Field(
+        default=None,
+        gt=0,
+        description="Samples per producer work item; default: the whole batch.",
+    )
+    prefetch_batches: int = Field(
+        default=4, ge=1, le=256, description="Batches in flight per collator (queue bound)."
+    )
+    slot_mb: float = Field(
+        default=64.0, gt=0, description="Size of one shared-memory slot; must hold one batch."
+    )
+    start_method: Literal["fork", "forkserver", "spawn"] = Field(
+        default="forkserver", description="How stage processes start (multiprocessing)."
+    )
+    producer_service: str | None = Field(
+        default=None,
+        description="ZeroMQ endpoint of an auxiliary producer service; None runs them locally.",
+    )
+    timeout_s: float = Field(
+        default=300.0, gt=0, description="Longest wait for one batch before the loader fails."
+    )
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> DataConfig:
+        names = [d.name for d in self.datasets]
+        if len(set(names)) != len(names):
+            raise ValueError(f"data.datasets: names must be unique, got {names}")
+        if self.chunk_size is not None and self.chunk_size > self.batch_size:
+            raise ValueError("data.chunk_size: must not exceed data.batch_size")
+        return self
