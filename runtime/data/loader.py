@@ -1,0 +1,192 @@
+"""The training rank's side of the pipeline: starts the stages, yields batches in order,
+reports a failed stage as an error and records sampling progress for checkpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import queue
+import time
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from runtime.data import stages
+from runtime.data.config import DataConfig
+from runtime.data.schedule import SamplerState
+from runtime.data.shm import SlotRing, unpack
+from runtime.data.sources import build_datasets, dataset_lengths
+from runtime.errors import RuntimeFailure
+
+_POLL_S = 0.2
+_CLOSE_GRACE_S = 2.0
+
+
+class DataPipelineError(RuntimeFailure):
+    """A pipeline stage crashed, exited or stalled; names the stage and the cause."""
+
+
+class _Running:
+    """The processes and shared resources of one started pipeline."""
+
+    def __init__(self, config: DataConfig, layout: stages.Layout) -> None:
+        ctx = mp.get_context(config.start_method)
+        parts = -(-config.batch_size // (config.chunk_size or config.batch_size))
+        window = config.collators * config.prefetch_batches
+        slot_bytes = int(config.slot_mb * (1 << 20))
+        # The window bounds batches in flight, and the rings hold a whole window, so no
+        # stage ever waits for a slot that only a later batch could free.
+        self.chunk_ring = SlotRing(window * parts, slot_bytes)
+        self.batch_ring = SlotRing(window, slot_bytes)
+        self.links = self._links(ctx, config, window, parts)
+        self.procs = self._spawn(ctx, config, layout)
+
+    def _links(self, ctx: Any, config: DataConfig, window: int, parts: int) -> stages.Links:
+        free_chunks, free_batches = ctx.Queue(), ctx.Queue()
+        for slot in range(window * parts):
+            free_chunks.put(slot)
+        for slot in range(window):
+            free_batches.put(slot)
+        return stages.Links(
+            work=ctx.Queue(maxsize=window * parts),
+            to_collators=[ctx.Queue(maxsize=window * parts) for _ in range(config.collators)],
+            to_trainer=[ctx.Queue(maxsize=window) for _ in range(config.collators)],
+            free_chunks=free_chunks,
+            free_batches=free_batches,
+            errors=ctx.Queue(),
+            stop=ctx.Event(),
+            credits=ctx.Semaphore(window),
+            chunk_ring=self.chunk_ring.attach_args(),
+            batch_ring=self.batch_ring.attach_args(),
+        )
+
+    def _spawn(self, ctx: Any, config: DataConfig, layout: stages.Layout) -> dict[str, Any]:
+        plan: dict[str, tuple[Any, ...]] = {"feeder": (stages.feeder, config, layout)}
+        for i in range(config.producers):
+            plan[f"producer-{i}"] = (stages.producer, config)
+        for i in range(config.collators):
+            plan[f"collator-{i}"] = (stages.collator, config, i)
+        procs = {}
+        for name, (body, *args) in plan.items():
+            proc = ctx.Process(
+                target=stages.run_stage,
+                args=(name, self.links, body, *args),
+                daemon=True,
+                name=f"data-{name}",
+            )
+            proc.start()
+            procs[name] = proc
+        return procs
+
+    def failure(self) -> DataPipelineError | None:
+        """The first reported or observed stage failure, if any."""
+        with contextlib.suppress(queue.Empty):
+            return self._reported(self.links.errors.get_nowait())
+        for name, proc in self.procs.items():
+            if proc.exitcode is not None:
+                with contextlib.suppress(queue.Empty):
+                    return self._reported(self.links.errors.get(timeout=1.0))
+                return DataPipelineError(
+                    f"data pipeline stage {name} exited with code {proc.exitcode}"
+                )
+        return None
+
+    @staticmethod
+    def _reported(report: tuple[str, str]) -> DataPipelineError:
+        name, trace = report
+        last = trace.strip().splitlines()[-1]
+        return DataPipelineError(f"data pipeline stage {name} failed: {last}\n{trace}")
+
+    def close(self) -> None:
+        self.links.stop.set()
+        deadline = time.monotonic() + _CLOSE_GRACE_S
+        for proc in self.procs.values():
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in self.procs.values():
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        self.links.free_batches.cancel_join_thread()
+        for ring in (self.chunk_ring, self.batch_ring):
+            with contextlib.suppress(BufferError):
+                ring.close()
+
+
+class DataPipeline(Iterator[Any]):
+    """This rank's endless, deterministic batch stream (feeder → producers → collators).
+
+    Batches are copies owned by the caller. `state_dict()` is the schedule position after
+    the last batch returned; a pipeline built from it yields exactly the batches that would
+    have followed, whatever the producer or collator counts.
+    """
+
+    def __init__(
+        self,
+        config: DataConfig,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        state: dict[str, int] | None = None,
+    ) -> None:
+        self.config, self.rank, self.world_size = config, rank, world_size
+        self._lengths = dataset_lengths(build_datasets(config))
+        self._state = SamplerState.from_dict(state) if state else SamplerState()
+        self._running: _Running | None = None
+        self._next_seq = 0
+        self._finalizer: weakref.finalize | None = None
+
+    def state_dict(self) -> dict[str, int]:
+        return self._state.to_dict()
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Continue from `state`; a running pipeline restarts from there on the next batch."""
+        self.close()
+        self._state = SamplerState.from_dict(state)
+
+    def __next__(self) -> Any:
+        running = self._start()
+        out = running.links.to_trainer[self._next_seq % self.config.collators]
+        seq, after, slot, spec = self._wait(running, out)
+        if seq != self._next_seq:
+            raise DataPipelineError(f"batch {seq} arrived when {self._next_seq} was due")
+        batch = unpack(spec, running.batch_ring.view(slot), copy=True)
+        running.links.free_batches.put(slot)
+        running.links.credits.release()
+        self._next_seq += 1
+        self._state = after
+        return batch
+
+    def _start(self) -> _Running:
+        if self._running is None:
+            layout = stages.Layout(self.rank, self.world_size, self._lengths, self._state)
+            self._running = _Running(self.config, layout)
+            self._next_seq = 0
+            self._finalizer = weakref.finalize(self, self._running.close)
+        return self._running
+
+    def _wait(self, running: _Running, out: Any) -> tuple[int, SamplerState, int, Any]:
+        deadline = time.monotonic() + self.config.timeout_s
+        while True:
+            try:
+                return out.get(timeout=_POLL_S)
+            except queue.Empty:
+                failure = running.failure()
+                if failure is None and time.monotonic() > deadline:
+                    failure = DataPipelineError(
+                        f"no batch within data.timeout_s={self.config.timeout_s}s"
+                    )
+                if failure is not None:
+                    self.close()
+                    raise failure from None
+
+    def close(self) -> None:
+        """Stop every stage and free the shared memory; safe to call twice."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._running, self._finalizer = None, None
+
+    def __enter__(self) -> DataPipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,111 @@
+"""Fixed shared-memory slots that carry samples and batches between pipeline processes.
+
+A payload's tensors are copied once into a slot; only a small description (dtypes,
+shapes, offsets and the non-tensor leaves) travels through the bounded queues.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+import torch
+
+from runtime.errors import RuntimeFailure
+
+_ALIGN = 64
+
+
+class SlotOverflow(RuntimeFailure):
+    """A payload does not fit into one shared-memory slot."""
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """Where one tensor of a payload lies inside its slot."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    offset: int
+    numpy: bool
+
+
+class SlotRing:
+    """`slots` equal slots in one shared-memory segment; created by the owner, attached by name."""
+
+    def __init__(self, slots: int, slot_bytes: int, name: str | None = None) -> None:
+        self.slots, self.slot_bytes = slots, slot_bytes
+        create = name is None
+        self._shm = shared_memory.SharedMemory(name=name, create=create, size=slots * slot_bytes)
+        self.owner = create
+
+    @property
+    def name(self) -> str:
+        return self._shm.name
+
+    def attach_args(self) -> tuple[int, int, str]:
+        return (self.slots, self.slot_bytes, self.name)
+
+    def view(self, slot: int) -> memoryview:
+        start = slot * self.slot_bytes
+        return self._shm.buf[start : start + self.slot_bytes]
+
+    def close(self) -> None:
+        self._shm.close()
+        if self.owner:
+            self._shm.unlink()
+
+
+class _Packer:
+    """Walks a payload, copying each tensor into the next aligned place of a slot."""
+
+    def __init__(self, buf: memoryview, what: str) -> None:
+        self.buf, self.what, self.offset = buf, what, 0
+
+    def walk(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor | np.ndarray):
+            return self.leaf(obj)
+        if isinstance(obj, dict):
+            return {k: self.walk(v) for k, v in obj.items()}
+        if isinstance(obj, list | tuple):
+            return type(obj)(self.walk(v) for v in obj)
+        return obj
+
+    def leaf(self, leaf: torch.Tensor | np.ndarray) -> TensorRef:
+        is_np = isinstance(leaf, np.ndarray)
+        t = torch.from_numpy(np.ascontiguousarray(leaf)) if is_np else leaf
+        nbytes = t.numel() * t.element_size()
+        if self.offset + nbytes > len(self.buf):
+            raise SlotOverflow(
+                f"{self.what} needs more than one slot of {len(self.buf)} bytes: raise slot_mb"
+            )
+        if nbytes:
+            dst = torch.frombuffer(self.buf, dtype=t.dtype, count=t.numel(), offset=self.offset)
+            dst.view(t.shape).copy_(t)
+        ref = TensorRef(t.dtype, tuple(t.shape), self.offset, is_np)
+        self.offset += -(-nbytes // _ALIGN) * _ALIGN
+        return ref
+
+
+def pack(obj: Any, buf: memoryview, *, what: str) -> Any:
+    """Copy every tensor of `obj` into `buf`; return the picklable description of `obj`."""
+    return _Packer(buf, what).walk(obj)
+
+
+def unpack(spec: Any, buf: memoryview, *, copy: bool) -> Any:
+    """Rebuild a payload from its description; `copy=False` returns views into the slot."""
+    if isinstance(spec, TensorRef):
+        numel = int(np.prod(spec.shape)) if spec.shape else 1
+        if numel == 0:
+            t = torch.empty(spec.shape, dtype=spec.dtype)
+        else:
+            t = torch.frombuffer(buf, dtype=spec.dtype, count=numel, offset=spec.offset)
+            t = t.view(spec.shape).clone() if copy else t.view(spec.shape)
+        return t.numpy() if spec.numpy else t
+    if isinstance(spec, dict):
+        return {k: unpack(v, buf, copy=copy) for k, v in spec.items()}
+    if isinstance(spec, list | tuple):
+        return type(spec)(unpack(v, buf, copy=copy) for v in spec)
+    return spec
