@@ -1,0 +1,218 @@
+"""Warden's activities: every side effect of a workflow happens here, through the seams.
+
+Each activity is safe to retry: the node's annotations, the check Job's name and the cloud
+request key make a repeated call observe the first one instead of acting twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+
+from runtime.warden import memory
+from runtime.warden.config import WardenConfig
+from runtime.warden.detect import Detector
+from runtime.warden.interfaces import CloudRepair, Cluster, NodeCheck, Telemetry
+from runtime.warden.model import (
+    CheckResult,
+    CordonOutcome,
+    PowerRequest,
+    ShrinkOutcome,
+    ShrinkRequest,
+    Trigger,
+    Workloads,
+)
+from runtime.warden.shrink import shrink_patch
+from runtime.warden.triggers import trigger_node
+from runtime.warden.workloads import classify_pods
+
+
+@dataclass
+class Seams:
+    """The real services (or their doubles) the activities act through."""
+
+    cluster: Cluster
+    telemetry: Telemetry
+    cloud: CloudRepair
+    check: NodeCheck
+
+
+class WardenActivities:
+    """Activities bound to one config, one set of seams and one Temporal client."""
+
+    def __init__(self, config: WardenConfig, seams: Seams, client: Client) -> None:
+        self.config, self.seams, self.client = config, seams, client
+        self.cluster = seams.cluster
+
+    def all(self) -> list[Any]:
+        """Every activity, for the worker's registration."""
+        return [
+            self.detect_and_trigger, self.sweep_cordoned, self.run_check, self.cordon,
+            self.cordon_memory, self.set_state, self.workloads, self.notify_owners,
+            self.evict, self.await_no_workloads, self.power, self.await_boot,
+            self.uncordon, self.shrink,
+        ]
+
+    @activity.defn(name="warden.detect_and_trigger")
+    async def detect_and_trigger(self) -> list[str]:
+        """Detection sweep: start (or join) the node workflow of every faulty or suspect node."""
+        detector = Detector(self.config.detection, self.cluster, self.seams.telemetry)
+        found = await asyncio.to_thread(detector.sweep)
+        for suspicion in found:
+            await trigger_node(self.client, self.config, suspicion.node, suspicion.trigger)
+        return [s.node for s in found]
+
+    @activity.defn(name="warden.sweep_cordoned")
+    async def sweep_cordoned(self) -> list[str]:
+        """Recovery sweep: restart recovery of the nodes Warden cordoned and left waiting."""
+        selector = self.config.detection.node_selector
+        nodes = await asyncio.to_thread(self.cluster.list_nodes, selector)
+        waiting = [n["metadata"]["name"] for n in nodes if memory.awaits_recovery(n)]
+        for name in waiting:
+            recover = Trigger("recover", "periodic recovery sweep", "recovery")
+            await trigger_node(self.client, self.config, name, recover)
+        return waiting
+
+    @activity.defn(name="warden.run_check")
+    def run_check(self, node: str, suite: str, name: str) -> CheckResult:
+        """Run the preflight suite or the stress test as a Job on the node; wait for its result."""
+        checks = self.config.checks
+        chosen = checks.preflight if suite == "preflight" else checks.stress.as_suite()
+        self.seams.check.start(node, chosen, name)
+        while (result := self.seams.check.result(name)) is None:
+            activity.heartbeat(name)
+            time.sleep(self.config.recovery.poll_s)
+        return result
+
+    @activity.defn(name="warden.cordon")
+    def cordon(self, node: str, reason: str, incident: str) -> CordonOutcome:
+        """Cordon and remember; a retry within the same incident and step records nothing new."""
+        current = self.cluster.get_node(node)
+        notes = memory.annotations(current)
+        window = self.config.memory.window_s
+        if notes.get(memory.INCIDENT) == incident and current["spec"].get("unschedulable"):
+            return self._outcome(len(memory.recent_cordons(notes, time.time(), window)))
+        patch, count = memory.cordon_patch(notes, time.time(), window, reason, incident)
+        self.cluster.patch_node(node, patch)
+        activity.logger.info("cordoned %s (%d recent): %s", node, count, reason)
+        return self._outcome(count)
+
+    @activity.defn(name="warden.cordon_memory")
+    def cordon_memory(self, node: str) -> CordonOutcome:
+        """The recent-cordon count of a node already cordoned (recovery sweep)."""
+        notes = memory.annotations(self.cluster.get_node(node))
+        times = memory.recent_cordons(notes, time.time(), self.config.memory.window_s)
+        return self._outcome(len(times))
+
+    def _outcome(self, count: int) -> CordonOutcome:
+        return CordonOutcome(count, count >= self.config.memory.escalate_after)
+
+    @activity.defn(name="warden.set_state")
+    def set_state(self, node: str, state: str) -> None:
+        """Write the recovery phase on the node."""
+        self.cluster.patch_node(node, memory.state_patch(state))
+
+    @activity.defn(name="warden.workloads")
+    def workloads(self, node: str) -> Workloads:
+        """User pods left on the node, split into blocking and drainable."""
+        return classify_pods(self.config.recovery, self.cluster.pods_on_node(node))
+
+    @activity.defn(name="warden.notify_owners")
+    def notify_owners(self, node: str, pods: list[str], grace_s: float) -> None:
+        """Tell each owner, through a Warning event on the pod, that it will be drained."""
+        for ref in pods:
+            namespace, name = ref.split("/", 1)
+            self.cluster.post_event(namespace, _drain_event(node, namespace, name, grace_s))
+
+    @activity.defn(name="warden.evict")
+    def evict(self, pods: list[str]) -> None:
+        """Evict pods through the Eviction API (honours PodDisruptionBudgets)."""
+        for ref in pods:
+            namespace, name = ref.split("/", 1)
+            self.cluster.evict(namespace, name)
+
+    @activity.defn(name="warden.await_no_workloads")
+    def await_no_workloads(self, node: str, timeout_s: float) -> bool:
+        """Wait until no user pod is left on the node; False when the time ran out."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            left = classify_pods(self.config.recovery, self.cluster.pods_on_node(node))
+            if not left.blocking and not left.drainable:
+                return True
+            activity.heartbeat(len(left.blocking) + len(left.drainable))
+            time.sleep(self.config.recovery.poll_s)
+        return False
+
+    @activity.defn(name="warden.power")
+    def power(self, request: PowerRequest) -> str:
+        """Reboot or repair once per key; returns the boot id the node had before."""
+        node = self.cluster.get_node(request.node)
+        recorded = memory.annotations(node).get(memory.POWER, "")
+        key, _, boot_id = recorded.partition("|")
+        if key != request.key:
+            boot_id = node.get("status", {}).get("nodeInfo", {}).get("bootID", "")
+            note = {memory.POWER: f"{request.key}|{boot_id}", memory.STATE: request.action}
+            self.cluster.patch_node(request.node, {"metadata": {"annotations": note}})
+        provider_id = node["spec"]["providerID"]
+        if request.action == "reboot":
+            self.seams.cloud.reboot(provider_id, request.key)
+        else:
+            self.seams.cloud.request_repair(provider_id, request.key, request.reason)
+        return boot_id
+
+    @activity.defn(name="warden.await_boot")
+    def await_boot(self, node: str, old_boot_id: str, timeout_s: float) -> bool:
+        """Wait until the node is Ready with a new boot id; False when the time ran out."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if _rebooted(self.cluster.get_node(node), old_boot_id):
+                return True
+            activity.heartbeat(node)
+            time.sleep(self.config.recovery.poll_s)
+        return False
+
+    @activity.defn(name="warden.uncordon")
+    def uncordon(self, node: str) -> None:
+        """Return the node to service, keeping its cordon history."""
+        self.cluster.patch_node(node, memory.uncordon_patch())
+
+    @activity.defn(name="warden.shrink")
+    def shrink(self, request: ShrinkRequest) -> ShrinkOutcome:
+        """Lower a RayCluster worker group once per request id (optimistic concurrency)."""
+        current = self.cluster.get_raycluster(request.namespace, request.cluster)
+        patch, outcome = shrink_patch(current, request)
+        if outcome.applied:
+            self.cluster.patch_raycluster(request.namespace, request.cluster, patch)
+        return outcome
+
+
+def _rebooted(node: dict[str, Any], old_boot_id: str) -> bool:
+    status = node.get("status", {})
+    boot_id = status.get("nodeInfo", {}).get("bootID", "")
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions", [])
+    )
+    return ready and boot_id != old_boot_id
+
+
+def _drain_event(node: str, namespace: str, pod: str, grace_s: float) -> dict[str, Any]:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{pod}.warden-", "namespace": namespace},
+        "involvedObject": {"kind": "Pod", "namespace": namespace, "name": pod},
+        "reason": "WardenDrainScheduled",
+        "message": f"node {node} is faulty; this pod is evicted in {grace_s:.0f}s",
+        "type": "Warning",
+        "source": {"component": "warden"},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }

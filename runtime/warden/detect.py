@@ -1,0 +1,123 @@
+"""Detection: classify a node from telemetry, conditions and events (pure functions).
+
+A node is `fault` (definite: cordon at once), `suspect` (ambiguous: run the node check) or
+healthy. Values below every threshold never produce a suspicion.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from runtime.warden.config import DetectionConfig, MetricRule, Severity
+from runtime.warden.model import Suspicion, Trigger
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One observation that crossed a threshold."""
+
+    severity: Severity
+    reason: str
+
+
+def metric_signal(rule: MetricRule, value: float) -> Signal | None:
+    """The signal a gauge value raises under its rule, if any."""
+    if rule.definite_at is not None and value >= rule.definite_at:
+        return Signal("definite", f"{rule.metric}={value:g} >= {rule.definite_at:g}")
+    if rule.ambiguous_at is not None and value >= rule.ambiguous_at:
+        return Signal("ambiguous", f"{rule.metric}={value:g} >= {rule.ambiguous_at:g}")
+    return None
+
+
+def xid_signal(config: DetectionConfig, value: float) -> Signal | None:
+    """The signal of the last Xid seen on a node's GPUs; application Xids raise none."""
+    code = int(value)
+    if code in config.xid.definite:
+        return Signal("definite", f"Xid {code}")
+    if code in config.xid.ambiguous:
+        return Signal("ambiguous", f"Xid {code}")
+    return None
+
+
+def condition_signals(config: DetectionConfig, node: dict[str, Any]) -> list[Signal]:
+    """Signals of the node's conditions that match a faulty status."""
+    current = {c.get("type"): c.get("status") for c in node.get("status", {}).get("conditions", [])}
+    return [
+        Signal(rule.severity, f"condition {rule.type}={rule.status}")
+        for rule in config.conditions
+        if current.get(rule.type) == rule.status
+    ]
+
+
+def event_signals(config: DetectionConfig, events: list[dict[str, Any]]) -> list[Signal]:
+    """Signals of recent node events whose reason occurred often enough."""
+    counts: dict[str, int] = {}
+    for event in events:
+        reason = event.get("reason", "")
+        counts[reason] = counts.get(reason, 0) + int(event.get("count") or 1)
+    return [
+        Signal(rule.severity, f"event {rule.reason} x{counts[rule.reason]}")
+        for rule in config.events
+        if counts.get(rule.reason, 0) >= rule.min_count
+    ]
+
+
+def verdict(node: str, signals: list[Signal]) -> Suspicion | None:
+    """Definite beats ambiguous; no signal means healthy."""
+    for severity, kind in (("definite", "fault"), ("ambiguous", "suspect")):
+        reasons = sorted(s.reason for s in signals if s.severity == severity)
+        if reasons:
+            return Suspicion(node, Trigger(kind, "; ".join(reasons)))  # type: ignore[arg-type]
+    return None
+
+
+class Detector:
+    """One detection sweep over the watched nodes, through the cluster and telemetry seams."""
+
+    def __init__(self, config: DetectionConfig, cluster: Any, telemetry: Any) -> None:
+        self.config, self.cluster, self.telemetry = config, cluster, telemetry
+
+    def sweep(self) -> list[Suspicion]:
+        """Suspicions for schedulable nodes; cordoned nodes belong to recovery (or a human)."""
+        nodes = self.cluster.list_nodes(self.config.node_selector)
+        telemetry = self._telemetry_signals()
+        found = []
+        for node in nodes:
+            if node.get("spec", {}).get("unschedulable"):
+                continue
+            name = node["metadata"]["name"]
+            signals = [*telemetry.get(name, []), *condition_signals(self.config, node)]
+            signals += event_signals(self.config, self._recent_events(name))
+            suspicion = verdict(name, signals)
+            if suspicion is not None:
+                found.append(suspicion)
+        return found
+
+    def _telemetry_signals(self) -> dict[str, list[Signal]]:
+        by_node: dict[str, list[Signal]] = {}
+        for name, value in self.telemetry.node_max(self.config.xid.metric).items():
+            _add(by_node, name, xid_signal(self.config, value))
+        for rule in self.config.metrics:
+            for name, value in self.telemetry.node_max(rule.metric).items():
+                _add(by_node, name, metric_signal(rule, value))
+        return by_node
+
+    def _recent_events(self, node: str) -> list[dict[str, Any]]:
+        horizon = time.time() - self.config.events_window_s
+        return [e for e in self.cluster.node_events(node) if _event_time(e) >= horizon]
+
+
+def _add(by_node: dict[str, list[Signal]], node: str, signal: Signal | None) -> None:
+    if signal is not None:
+        by_node.setdefault(node, []).append(signal)
+
+
+def _event_time(event: dict[str, Any]) -> float:
+    stamp = event.get("lastTimestamp") or event.get("eventTime") or ""
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

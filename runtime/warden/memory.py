@@ -1,0 +1,77 @@
+"""Cordon memory kept in node annotations, so it survives Warden and every incident.
+
+`cordons` holds the epoch seconds of the cordons still inside the window; the count, the time
+of the last and its reason are written beside it for people and for `gkr warden history`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+PREFIX = "warden.gkr.dev/"
+CORDONS = PREFIX + "cordons"
+RECENT = PREFIX + "recent-cordons"
+LAST = PREFIX + "last-cordon"
+REASON = PREFIX + "reason"
+STATE = PREFIX + "state"
+INCIDENT = PREFIX + "incident"
+POWER = PREFIX + "power"
+OWNED = PREFIX + "cordoned-by"
+OWNER = "warden"
+MAX_REASON = 250
+
+
+def annotations(node: dict[str, Any]) -> dict[str, str]:
+    """The node's annotations (empty when it has none)."""
+    return dict(node.get("metadata", {}).get("annotations") or {})
+
+
+def recent_cordons(notes: dict[str, str], now: float, window_s: float) -> list[float]:
+    """Times of the cordons still inside the window; malformed entries are dropped."""
+    times = []
+    for part in notes.get(CORDONS, "").split(","):
+        try:
+            times.append(float(part))
+        except ValueError:
+            continue
+    return [t for t in times if now - t < window_s]
+
+
+def cordon_patch(notes: dict[str, str], now: float, window_s: float, reason: str, incident: str
+                 ) -> tuple[dict[str, Any], int]:
+    """The node patch that cordons it and records one more cordon; and the new recent count."""
+    times = [*recent_cordons(notes, now, window_s), now]
+    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    new = {
+        CORDONS: ",".join(f"{t:.0f}" for t in times),
+        RECENT: str(len(times)),
+        LAST: stamp,
+        REASON: reason[:MAX_REASON],
+        STATE: "cordoned",
+        INCIDENT: incident,
+        OWNED: OWNER,
+    }
+    return {"spec": {"unschedulable": True}, "metadata": {"annotations": new}}, len(times)
+
+
+def uncordon_patch() -> dict[str, Any]:
+    """Uncordon; the cordon history stays so that the next incident remembers this one."""
+    notes = {STATE: "healthy", OWNED: None, POWER: None, INCIDENT: None}
+    return {"spec": {"unschedulable": None}, "metadata": {"annotations": notes}}
+
+
+def state_patch(state: str) -> dict[str, Any]:
+    """Record the phase of recovery on the node, for the recovery sweep and for people."""
+    return {"metadata": {"annotations": {STATE: state}}}
+
+
+def cordoned_by_warden(node: dict[str, Any]) -> bool:
+    """A node Warden cordoned and still owns (a human's cordon is left alone)."""
+    unschedulable = bool(node.get("spec", {}).get("unschedulable"))
+    return unschedulable and annotations(node).get(OWNED) == OWNER
+
+
+def awaits_recovery(node: dict[str, Any]) -> bool:
+    """Cordoned by Warden and not handed to a human after exhausting its attempts."""
+    return cordoned_by_warden(node) and annotations(node).get(STATE) != "needs-human"

@@ -1,0 +1,77 @@
+"""Build and run a Warden worker: real seams from the config, the workflows, the sweeps."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import Worker
+
+from runtime.warden.activities import Seams, WardenActivities
+from runtime.warden.config import WardenConfig
+from runtime.warden.gce import GceRepair
+from runtime.warden.jobcheck import JobNodeCheck
+from runtime.warden.kube import KubeCluster, api_client
+from runtime.warden.model import SWEEP_WORKFLOW, SweepPlan
+from runtime.warden.prometheus import PrometheusTelemetry
+from runtime.warden.workflows import NodeWorkflow, ShrinkWorkflow, SweepWorkflow
+
+DETECT_ID = "warden-detect"
+RECOVER_ID = "warden-recover"
+
+
+def real_seams(config: WardenConfig) -> Seams:
+    """The production seams: Kubernetes API, Prometheus, Compute Engine, Jobs on the node."""
+    cluster = KubeCluster(api_client(config.kubernetes), config.kubernetes.request_timeout_s)
+    return Seams(
+        cluster=cluster,
+        telemetry=PrometheusTelemetry(config.prometheus, config.detection.node_label),
+        cloud=GceRepair(config.cloud),
+        check=JobNodeCheck(cluster, config.checks),
+    )
+
+
+def build_worker(client: Client, config: WardenConfig, seams: Seams,
+                 executor: ThreadPoolExecutor) -> Worker:
+    """A worker for every Warden workflow and activity on the configured task queue."""
+    activities = WardenActivities(config, seams, client)
+    return Worker(
+        client,
+        task_queue=config.temporal.task_queue,
+        workflows=[NodeWorkflow, SweepWorkflow, ShrinkWorkflow],
+        activities=activities.all(),
+        activity_executor=executor,
+        graceful_shutdown_timeout=timedelta(seconds=5),
+    )
+
+
+def sweep_plans(config: WardenConfig) -> dict[str, SweepPlan]:
+    """The two periodic sweeps by workflow id."""
+    timeout = config.activity_timeout_s
+    iterations = config.sweep_iterations
+    return {
+        DETECT_ID: SweepPlan("warden.detect_and_trigger", config.detection.interval_s,
+                             iterations, timeout),
+        RECOVER_ID: SweepPlan("warden.sweep_cordoned", config.recovery.sweep_interval_s,
+                              iterations, timeout),
+    }
+
+
+async def ensure_sweeps(client: Client, config: WardenConfig) -> None:
+    """Start the sweeps unless they run already (every replica calls this; one set runs)."""
+    for workflow_id, plan in sweep_plans(config).items():
+        await client.start_workflow(
+            SWEEP_WORKFLOW, plan, id=workflow_id, task_queue=config.temporal.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+
+
+async def serve(config: WardenConfig, seams: Seams | None = None) -> None:
+    """Connect, make sure the sweeps run, and work until cancelled."""
+    client = await Client.connect(config.temporal.address, namespace=config.temporal.namespace)
+    with ThreadPoolExecutor(max_workers=16) as executor:
+        worker = build_worker(client, config, seams or real_seams(config), executor)
+        await ensure_sweeps(client, config)
+        await worker.run()
