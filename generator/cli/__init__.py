@@ -8,6 +8,6 @@ from __future__ import annotations
 from generator.cli._app import app, main
 
 # Importing a command module registers its commands on `app`.
-from generator.cli import render  # noqa: E402,F401  isort: skip
+from generator.cli import render  # noqa: F401  isort: skip
 
 __all__ = ["app", "main"]

@@ -1,0 +1,185 @@
+"""Spec rules: the combinations a researcher can get wrong, checked against the catalog.
+
+Each rule yields (field path, message) pairs; a message says what is allowed. Rules run
+after the spec model accepted the types, and before anything is rendered.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from generator.catalog import PINNED_IMAGE, Accelerator, AcceleratorPool, Catalog, Cluster
+from generator.spec import JobSpec
+from generator.units import quantity_value
+
+Finding = tuple[tuple[str | int, ...], str]
+
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+URI = re.compile(r"^(gs|https|s3)://\S+$")
+RESERVED_LABEL_PREFIXES = ("gkr.dev/", "kueue.x-k8s.io/", "ray.io/", "app.kubernetes.io/")
+# KubeRay derives pod and service names from these (ray-operator utils/constant.go).
+NAME_LIMITS = {"rayjob": 47, "raycluster": 53, "job": 63}
+
+
+@dataclass(frozen=True)
+class Context:
+    spec: JobSpec
+    team: str | None
+    stem: str | None
+    catalog: Catalog
+
+    @property
+    def cluster(self) -> Cluster | None:
+        return self.catalog.clusters.get(self.spec.cluster)
+
+    @property
+    def pool(self) -> AcceleratorPool | None:
+        cluster, name = self.cluster, self.spec.accelerator
+        return cluster.accelerators.get(name) if cluster and name else None
+
+    @property
+    def accelerator(self) -> Accelerator | None:
+        return self.catalog.accelerators.get(self.spec.accelerator or "")
+
+
+def check_name(ctx: Context) -> Iterator[Finding]:
+    spec, limit = ctx.spec, NAME_LIMITS[ctx.spec.kind]
+    if not DNS_1035.match(spec.name):
+        yield ("name",), (f"{spec.name!r} is not a DNS-1035 label: lower-case letters, digits "
+                          "and '-', starting with a letter")
+    if len(spec.name) > limit:
+        yield ("name",), f"{len(spec.name)} characters; a {spec.kind} name has at most {limit}"
+    if ctx.stem is not None and spec.name != ctx.stem:
+        yield ("name",), f"must equal the file name {ctx.stem!r}"
+
+
+def check_cluster_and_team(ctx: Context) -> Iterator[Finding]:
+    cluster, spec = ctx.cluster, ctx.spec
+    if cluster is None:
+        yield ("cluster",), f"unknown cluster; known: {', '.join(sorted(ctx.catalog.clusters))}"
+        return
+    if ctx.team is not None and ctx.team not in cluster.teams:
+        yield ("cluster",), (f"team {ctx.team!r} has no namespace on {cluster.name}; teams "
+                             f"there: {', '.join(sorted(cluster.teams))}")
+    elif ctx.team is not None and spec.namespace not in (None, cluster.teams[ctx.team].namespace):
+        yield ("namespace",), (f"jobs/{ctx.team}/ deploys into "
+                               f"{cluster.teams[ctx.team].namespace!r} only")
+    elif ctx.team is None and cluster.team_of_namespace(spec.namespace or "") is None:
+        namespaces = sorted(team.namespace for team in cluster.teams.values())
+        yield ("namespace",), f"must be a team namespace of {cluster.name}: {', '.join(namespaces)}"
+
+
+def check_accelerator(ctx: Context) -> Iterator[Finding]:
+    spec, cluster = ctx.spec, ctx.cluster
+    if spec.accelerator is None:
+        if spec.gpus:
+            yield ("accelerator",), "GPUs need an accelerator type (one per job)"
+        return
+    if cluster and ctx.pool is None:
+        offered = ", ".join(sorted(cluster.accelerators)) or "none"
+        yield ("accelerator",), f"{spec.accelerator!r} is not offered by {cluster.name}: {offered}"
+
+
+def check_gpus(ctx: Context) -> Iterator[Finding]:
+    spec, accel, pool = ctx.spec, ctx.accelerator, ctx.pool
+    if accel is None or spec.gpus is None:
+        return
+    per_node = accel.gpus_per_node
+    if spec.gpus == 0:
+        yield ("gpus",), f"0 GPUs on an {spec.accelerator} node wastes it; drop `accelerator`"
+    elif spec.gpus > per_node:
+        yield ("gpus",), f"{spec.gpus} per pod, but an {spec.accelerator} node has {per_node}"
+    elif spec.pods > 1 and spec.gpus != per_node:
+        yield ("gpus",), (f"multi-node jobs take whole nodes: use {per_node} GPUs per pod "
+                          f"(or pods: 1 for a partial node)")
+    if pool is not None and spec.pods > pool.nodes:
+        yield ("pods",), f"{spec.pods} pods, but {pool.node_pool} has {pool.nodes} nodes"
+
+
+def check_pod_size(ctx: Context) -> Iterator[Finding]:
+    spec, accel, cluster = ctx.spec, ctx.accelerator, ctx.cluster
+    if accel is not None:
+        limit, where = accel.allocatable, f"an {spec.accelerator} node ({accel.machine_type})"
+    elif cluster is not None and spec.accelerator is None:
+        limit, where = cluster.head_pool.allocatable, f"a CPU node ({cluster.head_pool.machine_type})"
+    else:
+        return
+    if spec.cpus is not None and spec.cpus > limit.cpus:
+        yield ("cpus",), f"{spec.cpus:g} per pod; {where} can give at most {limit.cpus:g}"
+    if spec.memory and quantity_value(spec.memory) > quantity_value(limit.memory):
+        yield ("memory",), f"{spec.memory} per pod; {where} can give at most {limit.memory}"
+
+
+def check_head(ctx: Context) -> Iterator[Finding]:
+    spec, cluster = ctx.spec, ctx.cluster
+    given = spec.head.cpus is not None or spec.head.memory is not None
+    if spec.kind == "job" and given:
+        yield ("head",), "a job has no Ray head; head is for rayjob and raycluster"
+    if cluster is None:
+        return
+    limit = cluster.head_pool.allocatable
+    if spec.head.cpus is not None and spec.head.cpus > limit.cpus:
+        yield ("head", "cpus"), f"{spec.head.cpus:g}; a head node can give at most {limit.cpus:g}"
+    if spec.head.memory and quantity_value(spec.head.memory) > quantity_value(limit.memory):
+        yield ("head", "memory"), f"{spec.head.memory}; a head node gives at most {limit.memory}"
+
+
+def check_image(ctx: Context) -> Iterator[Finding]:
+    image = ctx.spec.image
+    if image in ctx.catalog.images or re.match(PINNED_IMAGE, image):
+        return
+    names = ", ".join(sorted(ctx.catalog.images))
+    yield ("image",), (f"{image!r} is not pinned: use a catalog name ({names}) or "
+                       "repository@sha256:<digest>")
+
+
+def check_lifetime(ctx: Context) -> Iterator[Finding]:
+    spec = ctx.spec
+    if spec.kind in ("rayjob", "job") and not spec.cmd:
+        yield ("cmd",), f"a {spec.kind} needs a command"
+    if spec.kind == "raycluster":
+        for name in ("deadline", "ttl"):
+            if getattr(spec, name):
+                yield (name,), "a raycluster lives until deleted; use a rayjob for a bounded run"
+    if spec.relaunch_reservation and spec.kind != "rayjob":
+        yield ("relaunch_reservation",), "only a rayjob releases nodes it could reserve"
+    if spec.rack_affinity and spec.pods < 2:
+        yield ("rack_affinity",), "needs more than one pod to keep together"
+
+
+def check_environment(ctx: Context) -> Iterator[Finding]:
+    spec = ctx.spec
+    for name in spec.env:
+        if not ENV_NAME.match(name):
+            yield ("env", name), "not a valid variable name: letters, digits and '_'"
+        elif name.startswith("GKR_"):
+            yield ("env", name), "GKR_* variables are set by GKR"
+    if spec.working_dir and not (spec.working_dir.startswith("/") or URI.match(spec.working_dir)):
+        yield ("working_dir",), "an absolute path in the image, or a gs://, s3:// or https:// URI"
+    if spec.working_dir and URI.match(spec.working_dir) and spec.kind == "job":
+        yield ("working_dir",), "a job cannot fetch a remote working_dir; use a path in the image"
+
+
+def check_labels(ctx: Context) -> Iterator[Finding]:
+    for key, value in ctx.spec.labels.items():
+        if not LABEL_KEY.match(key) or len(key.split("/")[-1]) > 63:
+            yield ("labels", key), "not a valid label key ([prefix/]name, name ≤ 63 characters)"
+        elif key.startswith(RESERVED_LABEL_PREFIXES):
+            yield ("labels", key), f"prefixes {', '.join(RESERVED_LABEL_PREFIXES)} are reserved"
+        if not LABEL_VALUE.match(value) or len(value) > 63:
+            yield ("labels", key), f"{value!r} is not a valid label value (≤ 63 of [-A-Za-z0-9_.])"
+
+
+RULES: tuple[Callable[[Context], Iterator[Finding]], ...] = (
+    check_name, check_cluster_and_team, check_accelerator, check_gpus, check_pod_size,
+    check_head, check_image, check_lifetime, check_environment, check_labels,
+)
+
+
+def findings(ctx: Context) -> list[Finding]:
+    return [finding for rule in RULES for finding in rule(ctx)]

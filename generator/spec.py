@@ -1,0 +1,91 @@
+"""The job spec: what a researcher writes in `jobs/<team>/<name>.yaml` or passes as flags.
+
+Specs are hardware-agnostic: they name an accelerator and per-pod resources; every platform
+fact is resolved later from the catalog (see `generator.resolve`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from generator.units import CpuCount, Duration, Quantity
+
+Kind = Literal["rayjob", "raycluster", "job"]
+KINDS: tuple[Kind, ...] = ("rayjob", "raycluster", "job")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True
+    )
+
+
+class HeadResources(_Strict):
+    """Resources of the Ray head pod, which runs on the cluster's CPU pool."""
+
+    cpus: CpuCount | None = Field(None, gt=0)
+    """CPUs of the Ray head (default: the cluster's head_defaults)."""
+    memory: Quantity | None = None
+    """Memory of the Ray head, a Kubernetes quantity (default: the cluster's head_defaults)."""
+
+
+class RackAffinity(_Strict):
+    """Keep the job's pods close together using GKE topology labels (seed §4.1)."""
+
+    level: Literal["block", "subblock", "host"] = "subblock"
+    """Topology level the pods share: block (coarsest), subblock (a rack), host."""
+    required: bool = False
+    """Refuse to schedule outside one topology domain (default: preferred only)."""
+
+
+class JobSpec(_Strict):
+    """One job: a Ray job on a temporary cluster, a persistent Ray cluster, or a plain Job."""
+
+    name: str
+    """Job name, a DNS-1035 label; for files in jobs/ it must equal the file name."""
+    kind: Kind
+    """rayjob (temporary RayCluster, torn down at the end), raycluster (persistent), or job."""
+    cluster: str
+    """Target cluster: the name of a file in clusters/."""
+    owner: str = Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+    """E-mail of the person responsible; notified by Warden before preemptible jobs drain."""
+    namespace: str | None = None
+    """Team namespace (default: the namespace of the team folder in the cluster catalog)."""
+    pods: int = Field(1, ge=1, le=4096)
+    """Number of GPU pods (Ray workers, or Job pods); one node each when multi-node."""
+    gpus: int | None = Field(None, ge=0, le=64)
+    """GPUs per pod (default: a whole node of the accelerator; 0 for CPU-only jobs)."""
+    cpus: CpuCount | None = Field(None, gt=0)
+    """CPUs per pod (default: the node's allocatable CPUs in proportion to the GPUs asked)."""
+    memory: Quantity | None = None
+    """Memory per pod, e.g. 512Gi (default: allocatable memory in proportion to the GPUs)."""
+    accelerator: str | None = None
+    """Accelerator type from platform/catalog/accelerators.yaml (none: a CPU-only job)."""
+    image: str
+    """Image: a name from platform/catalog/images.yaml or a reference pinned with @sha256."""
+    cmd: str | None = None
+    """Command to run (the RayJob entrypoint or the Job's command); optional for raycluster."""
+    working_dir: str | None = None
+    """Working directory: an absolute path in the image, or a gs:// / https:// archive URI."""
+    env_file: str | None = None
+    """YAML file of environment variables, relative to the spec file."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment variables; they win over env_file and the accelerator's defaults."""
+    preemptible: bool = False
+    """The job tolerates losing workers: low priority, reclaimed first (seed §4.2)."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Extra Kubernetes labels for every object and pod of the job."""
+    head: HeadResources = Field(default_factory=HeadResources)
+    """Ray head resources (rayjob and raycluster only)."""
+    deadline: Duration | None = None
+    """Maximum run time, e.g. 3d; the job is stopped after it (rayjob and job)."""
+    ttl: Duration | None = None
+    """How long a finished job's objects are kept before deletion (rayjob and job)."""
+    rack_affinity: RackAffinity | None = None
+    """Place all pods within one GKE topology domain."""
+    relaunch_reservation: Duration | None = None
+    """After a RayJob ends, keep its nodes reserved for the namespace this long (seed §4.3)."""
+    retries: int = Field(0, ge=0, le=100)
+    """How many times a failed job is retried (RayJob/Job backoffLimit)."""
