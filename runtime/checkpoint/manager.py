@@ -1,0 +1,141 @@
+"""Save and restore training state with torch.distributed.checkpoint (DCP).
+
+After a step, ranks of the lowest replica group stage their shard of the state into host
+memory and training goes on while a background thread writes it (DCP async_save). When
+the write completes everywhere, rank 0 writes the commit marker and prunes old steps.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+
+from runtime.checkpoint.config import CheckpointConfig
+from runtime.checkpoint.storage import CheckpointError, CheckpointStore
+
+
+class CheckpointHook(Protocol):
+    """An auxiliary service's part of a checkpoint; rank 0 calls it at snapshot and resume."""
+
+    name: str
+
+    def save(self, step: int, uri: str) -> None:
+        """Persist the service's state for `step` under `uri`."""
+        ...
+
+    def load(self, step: int, uri: str) -> None:
+        """Restore the service's state saved under `uri`."""
+        ...
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+class Checkpointer:
+    """Periodic, committed, pruned DCP checkpoints of one training run."""
+
+    def __init__(
+        self,
+        config: CheckpointConfig,
+        *,
+        replica_group: int = 0,
+        process_group: dist.ProcessGroup | None = None,
+        hooks: Sequence[CheckpointHook] = (),
+    ) -> None:
+        self.config, self.hooks = config, list(hooks)
+        self.store = CheckpointStore(config.uri)
+        self.saving = config.enabled and replica_group == 0
+        # Background writes run collectives; a group of their own keeps them from
+        # interleaving with the training step's collectives on the default group.
+        self.group = process_group
+        if _distributed() and process_group is None and config.async_save:
+            self.group = dist.new_group(backend="gloo")
+        self.rank = dist.get_rank() if _distributed() else 0
+        self._pending: Future[Any] | None = None
+        self._commit_error: Exception | None = None
+
+    def due(self, step: int) -> bool:
+        return self.saving and step % self.config.interval_steps == 0
+
+    def maybe_save(self, step: int, state: dict[str, Any]) -> bool:
+        """Save when `step` is due; returns whether a checkpoint was started."""
+        if not self.due(step):
+            return False
+        self.save(step, state)
+        return True
+
+    def save(self, step: int, state: dict[str, Any]) -> None:
+        """Snapshot `state` (tensors, DTensors, Stateful objects) for `step`.
+
+        Returns once the snapshot is in host memory (async) or on storage (blocking).
+        """
+        self.wait()
+        if self.rank == 0:
+            self.store.clear(step)
+        uri = self.store.step_uri(step)
+        if self.rank == 0:
+            for hook in self.hooks:
+                hook.save(step, f"{uri}/aux/{hook.name}")
+        writer = FsspecWriter(uri) if self.store.remote else dcp.FileSystemWriter(uri)
+        if not self.config.async_save:
+            dcp.save(state, storage_writer=writer, process_group=self.group)
+            self._committed(step)
+            return
+        future = dcp.async_save(state, storage_writer=writer, process_group=self.group)
+        upload = getattr(future, "upload_completion", future)
+        upload.add_done_callback(lambda done: self._after_write(step, done))
+        self._pending = upload
+
+    def _after_write(self, step: int, done: Future[Any]) -> None:
+        # Runs on the writer thread; a failure is kept for wait() to raise in training.
+        if done.exception() is None:
+            try:
+                self._committed(step)
+            except Exception as exc:
+                self._commit_error = exc
+
+    def _committed(self, step: int) -> None:
+        if self.rank != 0:
+            return
+        world = dist.get_world_size(self.group) if _distributed() else 1
+        self.store.commit(step, {"world_size": world, "hooks": [h.name for h in self.hooks]})
+        self.store.prune(self.config.keep_last)
+
+    def wait(self) -> None:
+        """Block until the checkpoint being written, if any, is committed; raise its error."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        try:
+            pending.result()
+        except Exception as exc:
+            raise CheckpointError(
+                f"writing checkpoint under {self.config.uri} failed: {exc}"
+            ) from exc
+
+    def load(self, state: dict[str, Any], resume_from: str | None = None) -> int | None:
+        """Restore `state` in place (resharding to this run's layout); the step, or None."""
+        wanted = resume_from if resume_from is not None else self.config.resume_from
+        if not self.config.enabled and resume_from is None:
+            return None
+        uri = self.store.resolve(wanted)
+        if uri is None:
+            return None
+        reader = FsspecReader(uri) if "://" in uri else dcp.FileSystemReader(uri)
+        dcp.load(state, storage_reader=reader, process_group=self.group)
+        step = int(os.path.basename(uri).removeprefix("step-"))
+        if self.rank == 0:
+            for hook in self.hooks:
+                hook.load(step, f"{uri}/aux/{hook.name}")
+        return step
+
+    def close(self) -> None:
+        """Finish the write in flight so that no checkpoint is left half-written by choice."""
+        self.wait()
