@@ -1,0 +1,87 @@
+"""The Ray actors that host a worker loop or a proxy loop (thin wrappers over the cores)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ray
+
+from runtime.aux.config import ServiceConfig
+from runtime.aux.proxy import ProxyCore
+from runtime.aux.services import build_service
+from runtime.aux.worker import WorkerCore, backend_address
+from runtime.fleet import monitor_name
+
+
+def _reporter(run_id: str, method: str) -> Any:
+    """Fire-and-forget reports to the run's FleetMonitor; a no-op when it is absent."""
+    try:
+        monitor = ray.get_actor(monitor_name(run_id))
+    except ValueError:
+        return None
+    return lambda sample: getattr(monitor, method).remote(sample)
+
+
+class AuxWorkerActor:
+    """A persistent worker of one service; its constructor is the startup check."""
+
+    def __init__(
+        self, run_id: str, service: str, index: int, config: ServiceConfig, ipc_dir: str,
+        report_interval_s: float,
+    ) -> None:
+        self.node_id = ray.get_runtime_context().get_node_id()
+        implementation = build_service(f"aux.services.{service}", config.impl, config.options)
+        implementation.startup_check()
+        self.core = WorkerCore(
+            service_name=service,
+            worker_id=f"{service}-{index}",
+            address=backend_address(ipc_dir, run_id, service, self.node_id),
+            service=implementation,
+            queue_size=config.queue_size,
+            report=_reporter(run_id, "record_worker"),
+            report_interval_s=report_interval_s,
+        )
+        self.core.start_thread()
+
+    def info(self) -> dict[str, Any]:
+        """Where this worker runs and which incarnation it is."""
+        return {"node_id": self.node_id, "pid": os.getpid(), "incarnation": self.core.incarnation}
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self.core.stop.set()
+
+
+class AuxProxyActor:
+    """The proxy of one service on one node."""
+
+    def __init__(
+        self, run_id: str, service: str, config: ServiceConfig, ipc_dir: str,
+        report_interval_s: float,
+    ) -> None:
+        node_id = ray.get_runtime_context().get_node_id()
+        self.core = ProxyCore(
+            service=service,
+            proxy_id=node_id[:12],
+            host=ray.util.get_node_ip_address(),
+            backend=backend_address(ipc_dir, run_id, service, node_id),
+            on_worker_loss=config.on_worker_loss,
+            report=_reporter(run_id, "record_proxy"),
+            report_interval_s=report_interval_s,
+        )
+        self.core.start_thread()
+
+    def address(self) -> str:
+        """The TCP address training ranks connect to."""
+        return self.core.address
+
+    def ready_workers(self) -> int:
+        """How many workers have announced themselves."""
+        return len(self.core.ready)
+
+    def stop(self) -> None:
+        """Stop forwarding."""
+        self.core.stop.set()
+
+

@@ -1,0 +1,33 @@
+"""Errors of the auxiliary-service layer; each says which service and what went wrong."""
+
+from __future__ import annotations
+
+from runtime.errors import RuntimeFailure
+
+
+class AuxError(RuntimeFailure):
+    """Base of every auxiliary-service failure."""
+
+
+class AuxStartupError(AuxError):
+    """A service's workers or proxies did not pass their startup check in time."""
+
+
+class AuxTimeout(AuxError):
+    """No reply arrived before the request's deadline (after every allowed retry)."""
+
+
+class AuxBusy(AuxError):
+    """The worker's queue for this rank stayed full (back-pressure) after every retry."""
+
+
+class WorkerLost(AuxError):
+    """The worker handling the request died and the service's policy is to fail."""
+
+
+class RemoteError(AuxError):
+    """The service raised while handling the request; carries the remote type and message."""
+
+    def __init__(self, service: str, remote_type: str, message: str) -> None:
+        self.remote_type = remote_type
+        super().__init__(f"{service}: {remote_type}: {message}")

@@ -1,0 +1,185 @@
+"""The per-node proxy of one service: ZeroMQ TCP in front, IPC to the node's workers behind.
+
+Training ranks send to the frontend (ROUTER on TCP); the proxy forwards each request to the
+next ready worker in round-robin order (seed §5.2) and routes the reply back. It tracks
+requests in flight so that when a worker restarts (a new incarnation announces itself) they
+are retried on another worker or failed, by the service's policy, and it answers EXPIRED
+for requests whose deadline passes while they wait.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from runtime.aux.config import OnWorkerLoss
+from runtime.aux.wire import CONTROL, Status, decode_header, encode
+from runtime.fleet import ProxySample
+
+MAX_ATTEMPTS = 3  # a request that killed three workers is failed rather than retried again
+SWEEP_INTERVAL_S = 0.05
+
+
+@dataclass
+class _Flight:
+    client: Any
+    request_id: int
+    frames: list[Any]
+    deadline: float | None
+    worker: bytes | None = None
+    attempts: int = 0
+
+
+class ProxyCore:
+    """The forwarding loop, independent of Ray so that tests can drive it directly."""
+
+    def __init__(
+        self,
+        service: str,
+        proxy_id: str,
+        host: str,
+        backend: str,
+        on_worker_loss: OnWorkerLoss,
+        report: Callable[[ProxySample], None] | None = None,
+        report_interval_s: float = 1.0,
+    ) -> None:
+        self.service, self.proxy_id, self.on_worker_loss = service, proxy_id, on_worker_loss
+        self.report, self.report_interval_s = report, report_interval_s
+        context = zmq.Context.instance()
+        self.frontend = context.socket(zmq.ROUTER)
+        self.frontend.setsockopt(zmq.LINGER, 0)
+        port = self.frontend.bind_to_random_port(f"tcp://{host}")
+        self.address = f"tcp://{host}:{port}"
+        self.backend = context.socket(zmq.ROUTER)
+        self.backend.setsockopt(zmq.LINGER, 0)
+        self.backend.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a dead worker raises
+        self.backend.bind(backend)
+        self.workers: dict[bytes, str] = {}  # worker id -> incarnation
+        self.ready: list[bytes] = []
+        self._turn = 0
+        self.in_flight: dict[tuple[bytes, int], _Flight] = {}
+        self.waiting: deque[_Flight] = deque()
+        self.stop = threading.Event()
+        self._next_sweep = self._next_report = 0.0
+
+    def run(self) -> None:
+        """Forward until `stop` is set, then close both sockets."""
+        poller = zmq.Poller()
+        poller.register(self.frontend, zmq.POLLIN)
+        poller.register(self.backend, zmq.POLLIN)
+        try:
+            while not self.stop.is_set():
+                events = dict(poller.poll(50))
+                if self.frontend in events:
+                    self._from_clients()
+                if self.backend in events:
+                    self._from_workers()
+                self._housekeeping()
+        finally:
+            self.frontend.close()
+            self.backend.close()
+
+    def _from_clients(self) -> None:
+        while True:
+            try:
+                client, head, *rest = self.frontend.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            header = decode_header(head)
+            self._dispatch(_Flight(client, header["id"], [head, *rest], header.get("deadline")))
+
+    def _from_workers(self) -> None:
+        while True:
+            try:
+                worker, client, *rest = self.backend.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            if client.bytes == CONTROL:
+                self._control(worker.bytes, json.loads(rest[0].bytes))
+                continue
+            header = decode_header(rest[0])
+            self.in_flight.pop((client.bytes, header["id"]), None)
+            self.frontend.send_multipart([client, *rest], copy=False)
+
+    def _dispatch(self, flight: _Flight) -> None:
+        """Send to the next ready worker; park the request if none is ready."""
+        while self.ready:
+            worker = self.ready[self._turn % len(self.ready)]
+            self._turn += 1
+            try:
+                self.backend.send_multipart([worker, flight.client, *flight.frames], copy=False)
+            except zmq.ZMQError as error:
+                if error.errno != errno.EHOSTUNREACH:
+                    raise
+                self.ready.remove(worker)  # its socket is gone; it returns when it restarts
+                continue
+            flight.worker, flight.attempts = worker, flight.attempts + 1
+            self.in_flight[(flight.client.bytes, flight.request_id)] = flight
+            return
+        self.waiting.append(flight)
+
+    def _control(self, worker: bytes, message: dict[str, Any]) -> None:
+        incarnation = message.get("incarnation", "")
+        previous = self.workers.get(worker)
+        self.workers[worker] = incarnation
+        if previous is not None and previous != incarnation:
+            self._worker_lost(worker)
+        if worker not in self.ready:
+            self.ready.append(worker)
+        while self.waiting and self.ready:
+            self._dispatch(self.waiting.popleft())
+
+    def _worker_lost(self, worker: bytes) -> None:
+        """The worker restarted: what it held in flight is retried or failed by policy."""
+        lost = [f for f in self.in_flight.values() if f.worker == worker]
+        for flight in lost:
+            del self.in_flight[(flight.client.bytes, flight.request_id)]
+            retry = self.on_worker_loss is OnWorkerLoss.RETRY and flight.attempts < MAX_ATTEMPTS
+            if retry:
+                self._dispatch(flight)
+            else:
+                self._answer(flight, Status.LOST)
+
+    def _answer(self, flight: _Flight, status: str) -> None:
+        header = {"id": flight.request_id, "status": status}
+        self.frontend.send_multipart([flight.client, *encode(header, None)])
+
+    def _housekeeping(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_INTERVAL_S
+            self._expire(time.time())
+        if now >= self._next_report:
+            self._next_report = now + self.report_interval_s
+            if self.report is not None:
+                self.report(self._sample())
+
+    def _expire(self, wall: float) -> None:
+        """Answer EXPIRED for requests whose deadline passed while parked or in flight."""
+        expired = [f for f in self.in_flight.values() if f.deadline and f.deadline < wall]
+        for flight in expired:
+            del self.in_flight[(flight.client.bytes, flight.request_id)]
+            self._answer(flight, Status.EXPIRED)
+        parked = [f for f in self.waiting if f.deadline and f.deadline < wall]
+        for flight in parked:
+            self.waiting.remove(flight)
+            self._answer(flight, Status.EXPIRED)
+
+    def _sample(self) -> ProxySample:
+        return ProxySample(
+            self.service, self.proxy_id, len(self.in_flight), len(self.waiting), len(self.ready)
+        )
+
+    def start_thread(self) -> threading.Thread:
+        """Run the loop on a daemon thread."""
+        thread = threading.Thread(target=self.run, name=f"proxy-{self.service}", daemon=True)
+        thread.start()
+        return thread

@@ -1,0 +1,48 @@
+"""Hydra composition: packaged reusable defaults, the selected YAML, command-line overrides.
+
+The selected YAML may list reusable groups from `runtime/configs` in its `defaults`
+(for example `aux@aux.services.teacher: encoder`); overrides use Hydra's grammar
+(`run.steps=50`, `+aux/services@...`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from runtime.errors import ConfigError
+from runtime.train.config import TrainConfig, build_config
+
+SEARCH_PATH = "hydra.searchpath=[pkg://runtime.configs]"
+
+
+def compose_raw(path: Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The composed configuration as a plain dict (no validation yet)."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise ConfigError("config", f"no such file: {path}", str(path))
+    try:
+        with initialize_config_dir(version_base=None, config_dir=str(path.parent)):
+            composed = compose(path.stem, overrides=[SEARCH_PATH, *overrides])
+    except (HydraException, OmegaConfBaseException) as error:
+        raise ConfigError("overrides", _first_line(error), str(path)) from error
+    raw = OmegaConf.to_container(composed, resolve=True)
+    assert isinstance(raw, dict)
+    raw.pop("hydra", None)
+    return raw
+
+
+def load_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Compose and validate."""
+    return build_config(compose_raw(path, overrides), source=str(path))
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return " ".join(text.splitlines()[:2]) if text else type(error).__name__

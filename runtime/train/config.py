@@ -1,0 +1,104 @@
+"""The typed training configuration: one section per component, validated when built.
+
+`data` and `checkpoint` are owned by their components (`runtime.data`, `runtime.checkpoint`);
+`aux` by `runtime.aux`. Errors name the source file and the field path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from runtime.aux.config import AuxConfig
+from runtime.checkpoint.config import CheckpointConfig
+from runtime.data.config import DataConfig
+from runtime.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunSection(_Section):
+    """Identity and length of the run, and where Ray runs."""
+
+    name: str = Field("train", pattern=r"^[a-z0-9][a-z0-9-]{0,39}$", description="Run name.")
+    seed: int = Field(0, ge=0, description="Seed of the model and the synthetic data.")
+    steps: int = Field(100, ge=1, description="Optimizer steps to run.")
+    log_every: int = Field(10, ge=1, description="Steps between progress lines.")
+    ray_address: str | None = Field(None, description="Ray cluster to join; None: start one.")
+    local_cpus: int = Field(4, ge=1, description="Logical CPUs of a locally started Ray.")
+
+
+class ModelSection(_Section):
+    """The student network and its optimizer."""
+
+    input_dim: int = Field(32, ge=1, description="Features per sample.")
+    hidden_dim: int = Field(64, ge=1, description="Width of the hidden layers.")
+    output_dim: int = Field(8, ge=1, description="Outputs per sample.")
+    depth: int = Field(2, ge=1, le=64, description="Hidden layers.")
+    lr: float = Field(3e-3, gt=0, description="Adam learning rate.")
+    batch_size: int = Field(64, ge=1, description="Synthetic samples per rank per step.")
+    target_service: str | None = Field(
+        None, description="Aux service whose `encode` gives the targets; None: a local teacher."
+    )
+
+
+class LayoutSection(_Section):
+    """Parallelism layout and what one training worker occupies."""
+
+    tp: int = Field(1, ge=1, description="Tensor-parallel degree.")
+    pp: int = Field(1, ge=1, description="Pipeline-parallel degree.")
+    cp: int = Field(1, ge=1, description="Context-parallel degree.")
+    max_world_size: int | None = Field(None, ge=1, description="Cap on training workers.")
+    gpus_per_worker: Literal[0, 1] = Field(1, description="1: one whole GPU per rank; 0: CPU.")
+    cpus_per_worker: float = Field(1.0, gt=0, description="CPUs per training worker.")
+    backend: Literal["nccl", "gloo"] | None = Field(
+        None, description="torch.distributed backend; None: nccl on GPU, gloo on CPU."
+    )
+    numa_affinity: bool = Field(True, description="Pin each rank to its NUMA node's CPUs.")
+
+    @property
+    def multiple(self) -> int:
+        """The world size must be a multiple of this."""
+        return self.tp * self.pp * self.cp
+
+
+class LoggingSection(_Section):
+    """Log level and how often FleetMonitor summaries are reported."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
+    fleet_every_steps: int = Field(20, ge=0, description="Steps between summaries; 0: at end.")
+    sinks: list[Literal["log"]] = Field(["log"], description="Where fleet summaries go.")
+
+
+class TrainConfig(_Section):
+    """A whole training run."""
+
+    run: RunSection = Field(default_factory=RunSection, description="Run identity and length.")
+    model: ModelSection = Field(default_factory=ModelSection, description="The network.")
+    data: DataConfig | None = Field(None, description="Loader pipeline; None: synthetic.")
+    layout: LayoutSection = Field(default_factory=LayoutSection, description="Parallelism.")
+    aux: AuxConfig = Field(default_factory=AuxConfig, description="Auxiliary services.")
+    checkpoint: CheckpointConfig | None = Field(None, description="Checkpointing; None: off.")
+    logging: LoggingSection = Field(default_factory=LoggingSection, description="Logging.")
+
+    @model_validator(mode="after")
+    def _target_service_exists(self) -> TrainConfig:
+        target = self.model.target_service
+        if target is not None and target not in self.aux.services:
+            known = ", ".join(sorted(self.aux.services)) or "none configured"
+            raise ValueError(f"model.target_service {target!r} is not in aux.services ({known})")
+        return self
+
+
+def build_config(raw: dict[str, Any], source: str = "config") -> TrainConfig:
+    """Validate a plain mapping; the first error names the field path and what is allowed."""
+    try:
+        return TrainConfig.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+        raise ConfigError(field, f"{first['msg']}{more}", source) from error

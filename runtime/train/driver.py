@@ -1,0 +1,128 @@
+"""The training driver (seed §5.1-§5.4): plan capacity, start the auxiliary services and the
+FleetMonitor, run the training workers through Ray Train, clean up.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import ray
+from ray.train import RunConfig, ScalingConfig
+from ray.train.torch import TorchConfig, TorchTrainer
+
+from runtime.aux.coordinator import AuxCoordinator
+from runtime.errors import ConfigError, RuntimeFailure
+from runtime.fleet import FleetReporter, LogSink, ServiceSummary, start_monitor
+from runtime.planner import (
+    CapacityPlan,
+    NodeCapacity,
+    PlanInput,
+    ServiceDemand,
+    WorkerRequest,
+    plan_capacity,
+)
+from runtime.train.config import TrainConfig
+from runtime.train.loop import LoopContext, train_loop
+from runtime.train.progress import start_progress
+
+Printer = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished run reports back."""
+
+    run_id: str
+    plan: CapacityPlan
+    losses: dict[int, float]
+    fleet: dict[str, ServiceSummary]
+
+
+def check_supported(config: TrainConfig) -> None:
+    """Sections whose components are not wired into this driver are refused up front."""
+    if config.checkpoint is not None and config.checkpoint.enabled:
+        raise ConfigError("checkpoint", "checkpointing is not wired into this driver yet; "
+                          "set checkpoint: null or checkpoint.enabled=false")
+    if config.data is not None:
+        raise ConfigError("data", "the loader pipeline is not wired into this driver yet; "
+                          "remove `data` to train on synthetic batches")
+
+
+@contextmanager
+def ray_session(config: TrainConfig) -> Iterator[None]:
+    """Join the configured cluster, or start a local Ray and stop it afterwards."""
+    started = not ray.is_initialized()
+    if started:
+        address = config.run.ray_address
+        kwargs = {"address": address} if address else {"num_cpus": config.run.local_cpus}
+        ray.init(include_dashboard=False, logging_level="WARNING", **kwargs)
+    try:
+        yield
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def cluster_nodes() -> tuple[NodeCapacity, ...]:
+    """What each alive Ray node offers."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    return tuple(
+        NodeCapacity(n["Resources"].get("GPU", 0.0), n["Resources"].get("CPU", 0.0)) for n in nodes
+    )
+
+
+def plan_for(config: TrainConfig, nodes: tuple[NodeCapacity, ...]) -> CapacityPlan:
+    """The planner's input from the configuration and the cluster."""
+    services = tuple(
+        ServiceDemand(name, WorkerRequest(s.gpus_per_worker, s.cpus_per_worker), s.ratio,
+                      s.min_replicas, s.singleton)
+        for name, s in config.aux.services.items()
+    )
+    layout = config.layout
+    training = WorkerRequest(layout.gpus_per_worker, layout.cpus_per_worker)
+    return plan_capacity(
+        PlanInput(nodes, training, services, layout.multiple, layout.max_world_size)
+    )
+
+
+def run_training(config: TrainConfig, echo: Printer = print) -> TrainResult:
+    """Plan, start services, train to the last step, report, clean up."""
+    check_supported(config)
+    run_id = f"{config.run.name}-{uuid.uuid4().hex[:6]}"
+    with ray_session(config):
+        plan = plan_for(config, cluster_nodes())
+        echo(f"capacity plan for run {run_id}:\n{plan.explain()}")
+        monitor = start_monitor(run_id, stale_after_s=3 * config.aux.report_interval_s + 2)
+        progress = start_progress(run_id)
+        coordinator = AuxCoordinator(run_id, config.aux, plan)
+        try:
+            services = coordinator.start()
+            _fit(config, plan, LoopContext(config, services, run_id))
+            fleet = FleetReporter(monitor, [LogSink()], 0).report(config.run.steps)
+            losses = ray.get(progress.history.remote())
+        finally:
+            coordinator.shutdown()
+    return TrainResult(run_id, plan, losses, fleet)
+
+
+def _fit(config: TrainConfig, plan: CapacityPlan, context: LoopContext) -> None:
+    layout = config.layout
+    use_gpu = layout.gpus_per_worker > 0
+    backend = layout.backend or ("nccl" if use_gpu else "gloo")
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config={"context": context},
+        scaling_config=ScalingConfig(
+            num_workers=plan.world_size, use_gpu=use_gpu,
+            resources_per_worker={"CPU": layout.cpus_per_worker},
+        ),
+        torch_config=TorchConfig(backend=backend),
+        run_config=RunConfig(name=context.run_id),
+    )
+    try:
+        trainer.fit()
+    except Exception as error:  # Ray Train wraps every worker failure
+        raise RuntimeFailure(f"training run {context.run_id} failed: {error}") from error

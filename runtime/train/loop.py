@@ -1,0 +1,118 @@
+"""The loop every training rank runs under Ray Train: one worker per GPU (or CPU rank).
+
+Each rank draws its batches, asks the target service (over ZeroMQ) for the teacher's
+outputs, and takes a DDP step. After each step the hooks run: the FleetMonitor reporter on
+rank 0 now, checkpointing when it is wired in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+import ray.train
+import ray.train.torch
+import torch
+import torch.distributed as dist
+
+from runtime.aux.client import AuxClient, ServiceHandle
+from runtime.aux.services import EncoderService
+from runtime.fleet import FleetReporter, LogSink, monitor_name
+from runtime.train.batches import build_batches
+from runtime.train.config import TrainConfig
+from runtime.train.model import build_model
+from runtime.train.numa import pin_to_numa_node
+from runtime.train.progress import progress_name
+
+log = logging.getLogger(__name__)
+StepHook = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class LoopContext:
+    """What the driver gives every rank."""
+
+    config: TrainConfig
+    services: dict[str, ServiceHandle]
+    run_id: str
+
+
+class _Targets:
+    """Teacher outputs: from the configured auxiliary service, or a local teacher."""
+
+    def __init__(self, context: LoopContext, rank: int) -> None:
+        model = context.config.model
+        name = model.target_service
+        self.client = AuxClient(context.services[name], rank) if name else None
+        self.local = EncoderService(model.input_dim, model.output_dim, seed=context.config.run.seed)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.client is None:
+            return self.local.handle("encode", {"x": x})["y"]
+        return self.client.call("encode", {"x": x})["y"]
+
+
+def train_loop(loop_config: dict[str, Any]) -> None:
+    """Ray Train entry point of every rank."""
+    context: LoopContext = loop_config["context"]
+    config = context.config
+    train_context = ray.train.get_context()
+    rank = train_context.get_world_rank()
+    if config.layout.numa_affinity:
+        pinned = pin_to_numa_node(train_context.get_local_rank())
+        log.info("rank %d NUMA affinity: %s", rank, pinned or "single node, unchanged")
+    torch.manual_seed(config.run.seed)
+    model = ray.train.torch.prepare_model(build_model(config.model))
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.model.lr)
+    targets, batches = _Targets(context, rank), build_batches(config, rank)
+    hooks = _step_hooks(context, rank)
+    for step in range(1, config.run.steps + 1):
+        x = next(batches)
+        loss = torch.nn.functional.mse_loss(model(x), targets(x))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        _log_progress(context, rank, step, loss.detach())
+        for hook in hooks:
+            hook(step)
+    _final_report(context, rank)
+
+
+def _mean_across_ranks(value: torch.Tensor) -> float:
+    total = value.clone()
+    dist.all_reduce(total)
+    return total.item() / dist.get_world_size()
+
+
+def _log_progress(context: LoopContext, rank: int, step: int, loss: torch.Tensor) -> None:
+    run = context.config.run
+    if step % run.log_every and step != run.steps:
+        return
+    mean = _mean_across_ranks(loss)  # every rank joins the collective
+    ray.train.report({"step": step, "loss": mean})
+    if rank == 0:
+        print(f"step {step}/{run.steps} loss {mean:.5f}", flush=True)
+        ray.get_actor(progress_name(context.run_id)).record.remote(step, mean)
+
+
+def _reporter(context: LoopContext, rank: int) -> FleetReporter | None:
+    if rank != 0 or not context.services:
+        return None
+    sinks = [LogSink(echo=True) for name in context.config.logging.sinks if name == "log"]
+    monitor = ray.get_actor(monitor_name(context.run_id))
+    return FleetReporter(monitor, sinks, context.config.logging.fleet_every_steps)
+
+
+def _step_hooks(context: LoopContext, rank: int) -> list[StepHook]:
+    """What runs after each optimizer step (checkpointing plugs in here)."""
+    reporter = _reporter(context, rank)
+    return [reporter.after_step] if reporter else []
+
+
+def _final_report(context: LoopContext, rank: int) -> None:
+    reporter = _reporter(context, rank)
+    if reporter is not None:
+        reporter.report(context.config.run.steps)
