@@ -95,7 +95,9 @@ def _log_progress(context: LoopContext, rank: int, step: int, loss: torch.Tensor
     ray.train.report({"step": step, "loss": mean})
     if rank == 0:
         print(f"step {step}/{run.steps} loss {mean:.5f}", flush=True)
-        ray.get_actor(progress_name(context.run_id)).record.remote(step, mean)
+        recorded = ray.get_actor(progress_name(context.run_id)).record.remote(step, mean)
+        if step == run.steps:
+            ray.get(recorded)  # the driver reads the history as soon as fit returns
 
 
 def _reporter(context: LoopContext, rank: int) -> FleetReporter | None:

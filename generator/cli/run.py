@@ -1,0 +1,102 @@
+"""`gkr run --local`: run a training job on the embedded default, a local Ray instance."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from generator.cli._app import app, out_console
+from generator.errors import GkrError, InvalidInput, Problem, ToolFailed
+from generator.repo import find_root
+from generator.specs import load_spec
+
+DEFAULT_CONFIG = Path("examples/train/tiny.yaml")
+ENTRY = "runtime.train"
+
+
+@app.command()
+def run(
+    target: Annotated[Path | None, typer.Argument(
+        help="A job spec (jobs/<team>/<name>.yaml) whose cmd runs `python -m runtime.train`, "
+             "or a training config (default: examples/train/tiny.yaml)."
+    )] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(
+        help="Config overrides, key=value (Hydra syntax)."
+    )] = None,
+    local: Annotated[bool, typer.Option(
+        "--local", help="Run on a local Ray instance on this machine (the embedded default)."
+    )] = False,
+) -> None:
+    """Run a training job: plan capacity, start auxiliary services, train, report."""
+    if not local:
+        raise GkrError("only --local is supported by `gkr run`; use `gkr submit` for clusters")
+    config_path, spec_overrides = _training_command(target)
+    run_local(config_path, [*spec_overrides, *(overrides or [])])
+
+
+def _training_command(target: Path | None) -> tuple[Path, list[str]]:
+    """The training config and overrides, from a config file or a job spec's cmd."""
+    if target is None:
+        return find_root() / DEFAULT_CONFIG, []
+    if not target.is_file():
+        raise InvalidInput([Problem(str(target), None, "", "file not found")])
+    if not _is_job_spec(target):
+        return target, []
+    root = find_root(target.parent)
+    cmd = load_spec(target.resolve(), root).spec.cmd or ""
+    argv = shlex.split(cmd)
+    if ENTRY not in argv or argv.index(ENTRY) + 1 >= len(argv):
+        raise InvalidInput([Problem(str(target), None, "cmd", f"does not run `python -m {ENTRY} "
+                                    "CONFIG`; nothing to run locally")])
+    config, *rest = argv[argv.index(ENTRY) + 1:]
+    return _find_config(target, root, config), rest
+
+
+def _is_job_spec(path: Path) -> bool:
+    data: Any = yaml.safe_load(path.read_text())
+    return isinstance(data, dict) and "kind" in data and "image" in data
+
+
+def _find_config(spec: Path, root: Path, config: str) -> Path:
+    for base in (spec.parent, root):
+        if (base / config).is_file():
+            return base / config
+    raise InvalidInput([Problem(str(spec), None, "cmd", f"training config {config!r} is not in "
+                                "this checkout (looked beside the spec and at the root)")])
+
+
+def run_local(config_path: Path, overrides: list[str]) -> None:
+    """Compose, adapt to this machine, train on a local Ray, print the results."""
+    from runtime.errors import ConfigError, RuntimeFailure
+    from runtime.train.compose import compose_raw, load_config
+    from runtime.train.driver import run_training
+    from runtime.train.local import gpus_present, local_overrides
+
+    try:
+        raw = compose_raw(config_path, overrides)
+        config = load_config(config_path, [*overrides, *local_overrides(raw, gpus_present())])
+        out_console.print(f"running {config_path} locally (run {config.run.name})")
+        result = run_training(config, echo=out_console.print)
+    except ConfigError as error:
+        raise InvalidInput([Problem(error.source, None, error.field, _reason(error))]) from error
+    except RuntimeFailure as error:
+        raise ToolFailed(str(error)) from error
+    _print_result(result)
+
+
+def _reason(error: Exception) -> str:
+    return str(error).split(": ", 2)[-1]
+
+
+def _print_result(result: Any) -> None:
+    losses = result.losses
+    first, last = min(losses), max(losses)
+    out_console.print(f"run {result.run_id} finished: world size {result.plan.world_size}, "
+                      f"loss {losses[first]:.5f} (step {first}) -> {losses[last]:.5f} "
+                      f"(step {last})")
+    for summary in result.fleet.values():
+        out_console.print(f"fleet: {summary.line()}")
