@@ -64,5 +64,6 @@ async def request_shrink(
         id=f"warden-shrink-{request.request_id}",
         task_queue=config.temporal.task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        result_type=ShrinkOutcome,
     )
-    return await handle.result(result_type=ShrinkOutcome)
+    return await handle.result()

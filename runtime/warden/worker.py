@@ -18,9 +18,6 @@ from runtime.warden.model import SWEEP_WORKFLOW, SweepPlan
 from runtime.warden.prometheus import PrometheusTelemetry
 from runtime.warden.workflows import NodeWorkflow, ShrinkWorkflow, SweepWorkflow
 
-DETECT_ID = "warden-detect"
-RECOVER_ID = "warden-recover"
-
 
 def real_seams(config: WardenConfig) -> Seams:
     """The production seams: Kubernetes API, Prometheus, Compute Engine, Jobs on the node."""
@@ -48,15 +45,15 @@ def build_worker(client: Client, config: WardenConfig, seams: Seams,
 
 
 def sweep_plans(config: WardenConfig) -> dict[str, SweepPlan]:
-    """The two periodic sweeps by workflow id."""
+    """The two periodic sweeps by workflow id (one pair per task queue, i.e. per cluster)."""
     timeout = config.activity_timeout_s
     iterations = config.sweep_iterations
-    return {
-        DETECT_ID: SweepPlan("warden.detect_and_trigger", config.detection.interval_s,
-                             iterations, timeout),
-        RECOVER_ID: SweepPlan("warden.sweep_cordoned", config.recovery.sweep_interval_s,
-                              iterations, timeout),
-    }
+    queue = config.temporal.task_queue
+    detect = SweepPlan("warden.detect_and_trigger", config.detection.interval_s,
+                       iterations, timeout)
+    recover = SweepPlan("warden.sweep_cordoned", config.recovery.sweep_interval_s,
+                        iterations, timeout)
+    return {f"warden-detect-{queue}": detect, f"warden-recover-{queue}": recover}
 
 
 async def ensure_sweeps(client: Client, config: WardenConfig) -> None:

@@ -65,6 +65,8 @@ class NodeWorkflow:
         first = self._triggers[0]
         self._incident = Incident(start.node, first.kind, first.reason, _now())
         self._log(f"{first.kind} from {first.source}: {first.reason}")
+        for extra in self._triggers[1:]:  # signals that arrived with the start
+            self._log(f"joined by {extra.kind}: {extra.reason}")
         outcome = await self._triage(first)
         if outcome is not None:
             await self._recover(outcome)

