@@ -1,0 +1,135 @@
+"""Pure parts of Warden: config validation, detection thresholds, cordon memory, shrink."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runtime.errors import ConfigError
+from runtime.warden import memory
+from runtime.warden.config import DetectionConfig, parse_config
+from runtime.warden.detect import (
+    condition_signals,
+    event_signals,
+    metric_signal,
+    verdict,
+    xid_signal,
+)
+from runtime.warden.gce import instance_path
+from runtime.warden.jobcheck import check_job, findings, job_name
+from runtime.warden.model import ShrinkRequest
+from runtime.warden.shrink import shrink_patch
+
+DETECTION = DetectionConfig()
+
+
+def test_unknown_key_is_refused_with_its_path():
+    with pytest.raises(ConfigError, match=r"warden.yaml: detection.intervall_s: Extra inputs"):
+        parse_config({"detection": {"intervall_s": 3}}, "warden.yaml")
+
+
+def test_thresholds_must_be_ordered():
+    rule = {"metric": "DCGM_FI_DEV_GPU_TEMP", "ambiguous_at": 95, "definite_at": 90}
+    with pytest.raises(ConfigError, match=r"detection.metrics.0: .*below definite_at"):
+        parse_config({"detection": {"metrics": [rule]}})
+
+
+def test_stress_level_is_limited_to_dcgm_levels():
+    with pytest.raises(ConfigError, match=r"checks.stress.level"):
+        parse_config({"checks": {"stress": {"level": 5}}})
+    assert parse_config({"checks": {"stress": {"level": 2}}}).checks.stress.as_suite().command \
+        == ["dcgmi", "diag", "-r", "2"]
+
+
+def _below(rule) -> st.SearchStrategy[float]:
+    limit = rule.ambiguous_at if rule.ambiguous_at is not None else rule.definite_at
+    return st.floats(min_value=0, max_value=limit, exclude_max=True, allow_nan=False)
+
+
+@given(st.data())
+def test_noise_below_every_threshold_never_raises_a_suspicion(data):
+    signals = [metric_signal(rule, data.draw(_below(rule))) for rule in DETECTION.metrics]
+    hardware = set(DETECTION.xid.definite) | set(DETECTION.xid.ambiguous)
+    xid = data.draw(st.integers(0, 200).filter(lambda code: code not in hardware))
+    signals.append(xid_signal(DETECTION, xid))
+    assert verdict("n", [s for s in signals if s is not None]) is None
+
+
+@given(st.sampled_from(DETECTION.xid.definite), st.sampled_from(DETECTION.xid.ambiguous))
+def test_definite_beats_ambiguous(definite, ambiguous):
+    signals = [xid_signal(DETECTION, ambiguous), xid_signal(DETECTION, definite)]
+    suspicion = verdict("n", [s for s in signals if s is not None])
+    assert suspicion is not None and suspicion.trigger.kind == "fault"
+    only = verdict("n", [s for s in [xid_signal(DETECTION, ambiguous)] if s])
+    assert only is not None and only.trigger.kind == "suspect"
+
+
+def test_conditions_and_events_count_only_at_their_thresholds():
+    node = {"status": {"conditions": [{"type": "Ready", "status": "True"},
+                                      {"type": "KernelDeadlock", "status": "True"}]}}
+    assert [s.severity for s in condition_signals(DETECTION, node)] == ["definite"]
+    config = parse_config({"detection": {"events": [
+        {"reason": "TaskHung", "severity": "ambiguous", "min_count": 3}]}}).detection
+    assert event_signals(config, [{"reason": "TaskHung", "count": 2}]) == []
+    assert len(event_signals(config, [{"reason": "TaskHung", "count": 2},
+                                      {"reason": "TaskHung"}])) == 1
+
+
+def test_cordon_memory_counts_only_the_window():
+    day = 86400.0
+    notes = {memory.CORDONS: f"{100 * day:.0f},{109 * day:.0f},junk"}
+    patch, count = memory.cordon_patch(notes, 110 * day, 7 * day, "Xid 79", "run/1")
+    written = patch["metadata"]["annotations"]
+    assert count == 2 and written[memory.RECENT] == "2"
+    assert written[memory.CORDONS] == f"{109 * day:.0f},{110 * day:.0f}"
+    assert patch["spec"] == {"unschedulable": True}
+    assert memory.uncordon_patch()["metadata"]["annotations"][memory.OWNED] is None
+
+
+def _raycluster(replicas: int, applied: str = "") -> dict:
+    return {"metadata": {"resourceVersion": "3", "annotations": {
+        "warden.gkr.dev/shrink-requests": applied}},
+        "spec": {"workerGroupSpecs": [{"groupName": "head-ish", "replicas": 1},
+                                      {"groupName": "gpu", "replicas": replicas,
+                                       "minReplicas": 2}]}}
+
+
+def test_shrink_patch_applies_once_and_never_goes_negative():
+    request = ShrinkRequest("r1", "ns", "c", "gpu", 5)
+    patch, outcome = shrink_patch(_raycluster(4), request)
+    assert outcome.replicas == 0 and outcome.applied
+    groups = patch["spec"]["workerGroupSpecs"]
+    assert groups[1]["replicas"] == 0 and groups[1]["minReplicas"] == 0
+    assert groups[0] == {"groupName": "head-ish", "replicas": 1}
+    assert patch["metadata"]["resourceVersion"] == "3"
+    again, outcome = shrink_patch(_raycluster(4, "r0,r1"), request)
+    assert again == {} and not outcome.applied
+    with pytest.raises(ConfigError, match="no worker group 'cpu'"):
+        shrink_patch(_raycluster(4), ShrinkRequest("r2", "ns", "c", "cpu", 1))
+
+
+def test_check_job_is_pinned_tolerates_the_cordon_and_takes_all_gpus():
+    config = parse_config({}).checks
+    job = check_job(config, "gke-a3-node-1", config.preflight, "run/preflight/0", "8")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gke-a3-node-1"}
+    assert {"key": "node.kubernetes.io/unschedulable", "operator": "Exists",
+            "effect": "NoSchedule"} in pod["tolerations"]
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert pod["containers"][0]["command"] == ["python", "-m", "runtime.preflight"]
+    assert len(job_name("x" * 300)) <= 63
+
+
+def test_findings_come_from_the_termination_message():
+    def pod(message: str) -> dict:
+        return {"status": {"containerStatuses": [{"state": {"terminated": {"message": message}}}]}}
+    assert findings([pod('log line\n{"findings": ["gpu 3: HBM errors"]}')]) == ["gpu 3: HBM errors"]
+    assert findings([pod("Error: dcgmi diag failed\nExit 226")]) == [
+        "Error: dcgmi diag failed", "Exit 226"]
+
+
+def test_instance_path_needs_a_gce_provider_id():
+    assert instance_path("gce://p/z/i") == "projects/p/zones/z/instances/i"
+    with pytest.raises(ConfigError, match=r"spec\.providerID"):
+        instance_path("aws:///us-east-1a/i-0")
