@@ -1,0 +1,135 @@
+"""The proxy, the worker loop and the client over real ZeroMQ sockets (TCP and IPC), in
+threads of this process; the Ray-hosted version is in test_aux_ray.py."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.aux.client import AuxClient, Endpoint, ServiceHandle
+from runtime.aux.config import OnWorkerLoss
+from runtime.aux.errors import AuxBusy, AuxTimeout, RemoteError, WorkerLost
+from runtime.aux.proxy import ProxyCore
+from runtime.aux.services import EchoService
+from runtime.aux.worker import WorkerCore
+
+
+class Fabric:
+    """One proxy and its workers on a private IPC path."""
+
+    def __init__(self, tmp: Path, policy: OnWorkerLoss, queue_size: int) -> None:
+        self.backend = f"ipc://{tmp}/proxy.sock"
+        self.proxy = ProxyCore("echo", "p", "127.0.0.1", self.backend, policy)
+        self.queue_size = queue_size
+        self.threads = [self.proxy.start_thread()]
+        self.workers: list[WorkerCore] = []
+
+    def add_worker(self, worker_id: str, service: EchoService | None = None) -> WorkerCore:
+        service = service or EchoService()
+        core = WorkerCore("echo", worker_id, self.backend, service, self.queue_size)
+        self.threads.append(core.start_thread())
+        self.workers.append(core)
+        deadline = time.monotonic() + 10
+        while worker_id.encode() not in self.proxy.ready and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return core
+
+    def client(self, rank: int, timeout_s: float = 5.0, retries: int = 0) -> AuxClient:
+        handle = ServiceHandle("echo", (Endpoint(self.proxy.address, 1),), timeout_s, retries)
+        return AuxClient(handle, rank)
+
+    def close(self) -> None:
+        for core in [self.proxy, *self.workers]:
+            core.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=5)
+
+
+@pytest.fixture
+def fabric(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fabric]:
+    policy, queue_size = getattr(request, "param", (OnWorkerLoss.RETRY, 64))
+    built = Fabric(tmp_path, policy, queue_size)
+    built.add_worker("w0")
+    yield built
+    built.close()
+
+
+def test_call_returns_the_payload(fabric: Fabric) -> None:
+    assert fabric.client(0).call("echo", {"n": 5})["n"] == 5
+
+
+def test_service_errors_reach_the_caller_typed(fabric: Fabric) -> None:
+    with pytest.raises(RemoteError, match="ValueError: boom") as caught:
+        fabric.client(0).call("fail", {"message": "boom"})
+    assert caught.value.remote_type == "ValueError"
+
+
+def test_deadline_expires_instead_of_waiting_forever(fabric: Fabric) -> None:
+    with pytest.raises(AuxTimeout):
+        fabric.client(0, timeout_s=0.2).call("sleep", {"seconds": 1.0})
+
+
+@pytest.mark.parametrize("fabric", [(OnWorkerLoss.RETRY, 1)], indirect=True)
+def test_full_rank_queue_answers_busy(fabric: Fabric) -> None:
+    client = fabric.client(0)
+    blocker = client.submit("sleep", {"seconds": 0.5})
+    time.sleep(0.1)  # the worker is now inside the sleep
+    queued = [client.submit("echo", {"i": i}) for i in range(3)]
+    outcomes = []
+    for request in queued:
+        try:
+            outcomes.append(client.result(request)["i"])
+        except AuxBusy:
+            outcomes.append("busy")
+    client.result(blocker)
+    assert outcomes.count("busy") == 2  # one fits the rank's queue of one, two are refused
+
+
+def test_a_flooding_rank_does_not_starve_another(fabric: Fabric) -> None:
+    flood, other = fabric.client(0), fabric.client(1)
+    flood_ids = [flood.submit("sleep", {"seconds": 0.01}) for _ in range(40)]
+    time.sleep(0.05)
+    started = time.monotonic()
+    other.call("echo", {})
+    waited = time.monotonic() - started
+    for request in flood_ids:
+        flood.result(request)
+    flood_total = time.monotonic() - started
+    assert waited < flood_total / 3  # served in rotation, not after the whole flood
+
+
+class CrashOnce(EchoService):
+    """Kills its worker thread the first time `crash` is called, as a process crash would:
+    SystemExit escapes the serving loop, whose socket closes with the request unanswered."""
+
+    crashed = False
+
+    def handle(self, method: str, payload: dict) -> dict:
+        if method == "crash" and not CrashOnce.crashed:
+            CrashOnce.crashed = True
+            raise SystemExit
+        return {"served": method}
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("policy", [OnWorkerLoss.RETRY, OnWorkerLoss.FAIL])
+def test_restarted_worker_triggers_the_loss_policy(tmp_path: Path, policy: OnWorkerLoss) -> None:
+    built = Fabric(tmp_path, policy, 64)
+    CrashOnce.crashed = False
+    try:
+        built.add_worker("w0", CrashOnce())
+        client = built.client(0)
+        request = client.submit("crash", {})
+        built.threads[-1].join(timeout=5)  # the worker died with the request in flight
+        assert not built.threads[-1].is_alive()
+        built.add_worker("w0", CrashOnce())  # Ray restarts it: same id, new incarnation
+        if policy is OnWorkerLoss.FAIL:
+            with pytest.raises(WorkerLost):
+                client.result(request)
+        else:
+            assert client.result(request) == {"served": "crash"}
+    finally:
+        built.close()
