@@ -10,5 +10,6 @@ from generator.cli._app import app, main
 # Importing a command module registers its commands on `app`.
 from generator.cli import render  # noqa: F401  isort: skip
 from generator.cli import run  # noqa: F401  isort: skip
+from generator.cli import warden  # noqa: F401  isort: skip
 
 __all__ = ["app", "main"]

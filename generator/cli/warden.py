@@ -1,0 +1,140 @@
+"""`gkr warden status` and `gkr warden history NODE`: Warden's view of the fleet."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Coroutine
+from typing import Annotated, Any, Literal
+
+import typer
+import yaml
+from pydantic import BaseModel, ConfigDict
+from rich.table import Table
+
+from generator.cli._app import app, out_console
+from generator.errors import ToolFailed
+
+warden_app = typer.Typer(help="Warden, the GPU fleet health manager: node states and incidents.",
+                         no_args_is_help=True)
+app.add_typer(warden_app, name="warden")
+
+Output = Literal["table", "json", "yaml"]
+
+
+class WardenQuery(BaseModel):
+    """Where to read Warden's state, and how to print it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    address: str
+    namespace: str
+    kubeconfig: str | None
+    output: Output
+
+
+AddressOpt = Annotated[str, typer.Option(help="Temporal frontend host:port.",
+                                         envvar="GKR_TEMPORAL_ADDRESS")]
+NamespaceOpt = Annotated[str, typer.Option(help="Temporal namespace of Warden.",
+                                           envvar="GKR_TEMPORAL_NAMESPACE")]
+KubeconfigOpt = Annotated[str | None, typer.Option(
+    help="Kubeconfig to read node annotations from (omit to skip them).")]
+OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table, json or yaml.")]
+
+
+@warden_app.command()
+def status(address: AddressOpt = "localhost:7233", namespace: NamespaceOpt = "default",
+           kubeconfig: KubeconfigOpt = None, output: OutputOpt = "table") -> None:
+    """The latest incident phase of every node Warden has handled."""
+    query = WardenQuery(address=address, namespace=namespace, kubeconfig=kubeconfig,
+                        output=output)
+    rows = _run(_status(query))
+    _print(rows, query.output, ["node", "phase", "status", "started", "recent_cordons"])
+
+
+@warden_app.command()
+def history(node: Annotated[str, typer.Argument(help="Node name.")],
+            address: AddressOpt = "localhost:7233", namespace: NamespaceOpt = "default",
+            kubeconfig: KubeconfigOpt = None, output: OutputOpt = "table") -> None:
+    """Every incident of one node, with its steps, and the node's cordon memory."""
+    query = WardenQuery(address=address, namespace=namespace, kubeconfig=kubeconfig,
+                        output=output)
+    rows = _run(_history(query, node))
+    _print(rows, query.output, ["started", "trigger", "reason", "phase", "recent_cordons",
+                                "escalated", "steps"])
+
+
+async def _client(query: WardenQuery) -> Any:
+    from temporalio.client import Client  # lazily: only these commands need Temporal
+
+    try:
+        return await Client.connect(query.address, namespace=query.namespace)
+    except RuntimeError as error:
+        raise ToolFailed(f"cannot reach Temporal at {query.address}: {error}") from error
+
+
+async def _status(query: WardenQuery) -> list[dict[str, Any]]:
+    from runtime.warden.view import fleet_status
+
+    rows = await fleet_status(await _client(query))
+    cluster = _cluster(query)
+    if cluster is not None:
+        rows = [{**row, **_memory(cluster, row["node"]), "phase": row["phase"]} for row in rows]
+    return rows
+
+
+async def _history(query: WardenQuery, node: str) -> list[dict[str, Any]]:
+    from runtime.warden.view import node_history
+
+    rows = await node_history(await _client(query), node)
+    cluster = _cluster(query)
+    if cluster is not None:
+        rows.append({"started": "now", "trigger": "(node annotations)",
+                     **_memory(cluster, node)})
+    return rows
+
+
+def _cluster(query: WardenQuery) -> Any:
+    if query.kubeconfig is None:
+        return None
+    from runtime.errors import RuntimeFailure
+    from runtime.warden.config import KubernetesSettings
+    from runtime.warden.kube import KubeCluster, api_client
+
+    try:
+        return KubeCluster(api_client(KubernetesSettings(kubeconfig=query.kubeconfig)))
+    except RuntimeFailure as error:
+        raise ToolFailed(str(error)) from error
+
+
+def _memory(cluster: Any, node: str) -> dict[str, Any]:
+    from runtime.errors import RuntimeFailure
+    from runtime.warden.view import node_memory
+
+    try:
+        return node_memory(cluster, node)
+    except RuntimeFailure as error:
+        raise ToolFailed(str(error)) from error
+
+
+def _run(coro: Coroutine[Any, Any, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return asyncio.run(coro)
+
+
+def _print(rows: list[dict[str, Any]], output: Output, columns: list[str]) -> None:
+    if output == "json":
+        out_console.print_json(json.dumps(rows, default=str))
+        return
+    if output == "yaml":
+        out_console.print(yaml.safe_dump(rows, sort_keys=False), markup=False, end="")
+        return
+    table = Table(*[c.replace("_", " ") for c in columns])
+    for row in rows:
+        table.add_row(*[_cell(row.get(c)) for c in columns])
+    out_console.print(table)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, list):  # an incident's steps: their descriptions, one per line
+        return "\n".join(str(step.get("what", step)) for step in value)
+    return "" if value is None else str(value)

@@ -1,0 +1,73 @@
+"""Read Warden's state for people: node workflows from Temporal, memory from node annotations.
+
+Listing reads the phase from each workflow's memo, so it needs no worker; the incidents of a
+closed run are its results, and a running one answers the `incident` query.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+
+from runtime.warden import memory
+from runtime.warden.interfaces import Cluster
+from runtime.warden.model import NODE_WORKFLOW, Incident, node_workflow_id
+
+MEMORY_KEYS = {
+    "recent_cordons": memory.RECENT, "last_cordon": memory.LAST,
+    "reason": memory.REASON, "state": memory.STATE,
+}
+
+
+def _stamp(execution: WorkflowExecution) -> dict[str, Any]:
+    return {
+        "workflow_id": execution.id,
+        "run_id": execution.run_id,
+        "status": execution.status.name if execution.status else "UNKNOWN",
+        "started": execution.start_time.isoformat(),
+        "closed": execution.close_time.isoformat() if execution.close_time else None,
+    }
+
+
+async def fleet_status(client: Client) -> list[dict[str, Any]]:
+    """The latest node workflow of every node Warden has handled, with its phase."""
+    latest: dict[str, dict[str, Any]] = {}
+    query = f'WorkflowType = "{NODE_WORKFLOW}"'
+    async for execution in client.list_workflows(query):
+        memo = await execution.memo()
+        node = memo.get("node", execution.id)
+        row = {"node": node, "phase": memo.get("phase", "triage"), **_stamp(execution)}
+        if node not in latest or row["started"] > latest[node]["started"]:
+            latest[node] = row
+    return sorted(latest.values(), key=lambda row: row["node"])
+
+
+async def node_history(client: Client, node: str) -> list[dict[str, Any]]:
+    """Every incident of a node, oldest first, with its steps."""
+    rows = []
+    async for execution in client.list_workflows(f'WorkflowId = "{node_workflow_id(node)}"'):
+        incident = await _incident(client, execution)
+        detail = dataclasses.asdict(incident) if incident else {}
+        rows.append({**_stamp(execution), **detail})
+    return sorted(rows, key=lambda row: row["started"])
+
+
+async def _incident(client: Client, execution: WorkflowExecution) -> Incident | None:
+    handle = client.get_workflow_handle(execution.id, run_id=execution.run_id,
+                                        result_type=Incident)
+    if execution.status == WorkflowExecutionStatus.COMPLETED:
+        return await handle.result()
+    if execution.status == WorkflowExecutionStatus.RUNNING:
+        return await handle.query("incident", result_type=Incident)
+    return None
+
+
+def node_memory(cluster: Cluster, node: str) -> dict[str, Any]:
+    """Warden's memory of a node as its annotations hold it."""
+    current = cluster.get_node(node)
+    notes = memory.annotations(current)
+    found = {key: notes.get(annotation) for key, annotation in MEMORY_KEYS.items()}
+    return {"node": node, "cordoned": bool(current.get("spec", {}).get("unschedulable")),
+            **found}
