@@ -59,7 +59,6 @@ class Checkpointer:
             self.group = dist.new_group(backend="gloo")
         self.rank = dist.get_rank() if _distributed() else 0
         self._pending: Future[Any] | None = None
-        self._commit_error: Exception | None = None
 
     def due(self, step: int) -> bool:
         return self.saving and step % self.config.interval_steps == 0
@@ -90,16 +89,20 @@ class Checkpointer:
             return
         future = dcp.async_save(state, storage_writer=writer, process_group=self.group)
         upload = getattr(future, "upload_completion", future)
-        upload.add_done_callback(lambda done: self._after_write(step, done))
-        self._pending = upload
+        # A future of our own completes only after the marker is written, so wait()
+        # never returns between the write and the commit.
+        committed: Future[None] = Future()
+        upload.add_done_callback(lambda done: self._after_write(step, done, committed))
+        self._pending = committed
 
-    def _after_write(self, step: int, done: Future[Any]) -> None:
-        # Runs on the writer thread; a failure is kept for wait() to raise in training.
-        if done.exception() is None:
-            try:
-                self._committed(step)
-            except Exception as exc:
-                self._commit_error = exc
+    def _after_write(self, step: int, done: Future[Any], committed: Future[None]) -> None:
+        try:
+            done.result()
+            self._committed(step)
+        except Exception as exc:
+            committed.set_exception(exc)
+        else:
+            committed.set_result(None)
 
     def _committed(self, step: int) -> None:
         if self.rank != 0:
@@ -117,7 +120,7 @@ class Checkpointer:
             pending.result()
         except Exception as exc:
             raise CheckpointError(
-                f"writing checkpoint under {self.config.uri} failed: {exc}"
+                f"writing a checkpoint under {self.config.uri}: {exc}"
             ) from exc
 
     def load(self, state: dict[str, Any], resume_from: str | None = None) -> int | None:

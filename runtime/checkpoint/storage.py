@@ -31,7 +31,9 @@ class CheckpointStore:
         self.uri = uri.rstrip("/")
         self.fs: fsspec.AbstractFileSystem
         self.fs, self.root = url_to_fs(self.uri)
-        self.remote = "://" in self.uri and not self.uri.startswith("file://")
+        # URLs (file:// included) go through DCP's fsspec writer; plain paths through its
+        # local writer, which also fsyncs.
+        self.remote = "://" in self.uri
 
     def step_uri(self, step: int) -> str:
         return f"{self.uri}/step-{step:010d}"
@@ -63,6 +65,7 @@ class CheckpointStore:
     def commit(self, step: int, info: dict[str, Any]) -> None:
         """Write the marker last: only now does the checkpoint become visible."""
         body = json.dumps({"step": step, "committed_at": time.time(), **info}, sort_keys=True)
+        self.fs.makedirs(self._path(step), exist_ok=True)
         self.fs.pipe_file(f"{self._path(step)}/{MARKER}", body.encode())
 
     def prune(self, keep_last: int) -> list[int]:

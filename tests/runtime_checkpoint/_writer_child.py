@@ -1,0 +1,37 @@
+"""Child process of the crash-safety test: commits step 1, then starts step 2 and hangs
+inside the background write until the parent kills it (a writer dying mid-checkpoint)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import torch
+
+from runtime.checkpoint.config import CheckpointConfig
+from runtime.checkpoint.manager import Checkpointer
+
+
+class BlocksWhenWritten:
+    """Copied instantly when staged; its serialization by the writer never finishes."""
+
+    def __deepcopy__(self, memo: dict) -> BlocksWhenWritten:
+        return self
+
+    def __reduce__(self) -> tuple:
+        print("writing", flush=True)
+        threading.Event().wait()
+        raise AssertionError("unreachable")
+
+
+def main(uri: str) -> None:
+    ckpt = Checkpointer(CheckpointConfig(uri=uri, interval_steps=1))
+    ckpt.save(1, {"w": torch.full((1024, 256), 1.0)})
+    ckpt.wait()
+    ckpt.save(2, {"w": torch.full((1024, 256), 2.0), "blocker": BlocksWhenWritten()})
+    print("staged", flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
