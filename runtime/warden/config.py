@@ -226,6 +226,9 @@ class WardenConfig(_Strict):
     checks: ChecksConfig = Field(default_factory=ChecksConfig, description="Node checks.")
     activity_timeout_s: float = Field(120.0, gt=0, description="Timeout of short activities.")
     heartbeat_s: float = Field(30.0, gt=0, description="Heartbeat timeout of long activities.")
+    liveness_file: str | None = Field(
+        None, description="File the worker touches every 10 s for the liveness probe."
+    )
     sweep_iterations: int = Field(
         100, ge=1, description="Sweeps before a sweep workflow continues as new."
     )

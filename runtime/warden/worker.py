@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from runtime.warden.activities import Seams, WardenActivities
+from runtime.warden.alive import beat
 from runtime.warden.config import WardenConfig
 from runtime.warden.gce import GceRepair
 from runtime.warden.jobcheck import JobNodeCheck
@@ -71,4 +74,10 @@ async def serve(config: WardenConfig, seams: Seams | None = None) -> None:
     with ThreadPoolExecutor(max_workers=16) as executor:
         worker = build_worker(client, config, seams or real_seams(config), executor)
         await ensure_sweeps(client, config)
-        await worker.run()
+        heart = asyncio.create_task(beat(Path(config.liveness_file))) if config.liveness_file \
+            else None
+        try:
+            await worker.run()
+        finally:
+            if heart is not None:
+                heart.cancel()
