@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,
@@ -30,6 +30,12 @@ _Proxy = ray.remote(num_cpus=0)(AuxProxyActor)
 def _resources(bundle: Bundle) -> dict[str, float]:
     wanted = {"CPU": bundle.cpus_milli / MILLI, "GPU": bundle.gpus_milli / MILLI}
     return {name: amount for name, amount in wanted.items() if amount > 0}
+
+
+def _cause(error: Exception) -> str:
+    """The last line of a Ray error, which names the remote exception, without the traceback."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
 
 
 class AuxCoordinator:
@@ -115,8 +121,8 @@ class AuxCoordinator:
             return ray.get(refs, timeout=timeout_s)
         except GetTimeoutError as error:
             raise AuxStartupError(f"service {name!r}: {what} not done in {timeout_s}s") from error
-        except (RayActorError, RayTaskError) as error:
-            raise AuxStartupError(f"service {name!r}: {what} failed: {error}") from error
+        except RayError as error:
+            raise AuxStartupError(f"service {name!r}: {what} failed: {_cause(error)}") from error
 
     def shutdown(self) -> None:
         """Stop every actor and release the placement groups."""

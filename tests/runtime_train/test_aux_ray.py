@@ -1,0 +1,77 @@
+"""Auxiliary services on a real local Ray: placement, proxies, FleetMonitor, and a worker
+killed mid-stream."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import ray
+
+from runtime.aux.client import AuxClient
+from runtime.aux.config import AuxConfig, ServiceConfig
+from runtime.aux.coordinator import AuxCoordinator
+from runtime.aux.errors import AuxStartupError
+from runtime.fleet import start_monitor
+from runtime.planner import NodeCapacity, PlanInput, ServiceDemand, WorkerRequest, plan_capacity
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING")
+    yield
+    ray.shutdown()
+
+
+def _coordinator(run_id: str, services: dict[str, ServiceConfig]) -> AuxCoordinator:
+    config = AuxConfig(services=services, report_interval_s=0.2)
+    demands = tuple(
+        ServiceDemand(n, WorkerRequest(0, s.cpus_per_worker), s.ratio, s.min_replicas)
+        for n, s in services.items()
+    )
+    nodes = (NodeCapacity(0, 4),)
+    plan = plan_capacity(PlanInput(nodes, WorkerRequest(0, 1), demands, max_world_size=1))
+    return AuxCoordinator(run_id, config, plan)
+
+
+def test_killed_worker_restarts_and_requests_in_flight_are_retried(local_ray: None) -> None:
+    echo = ServiceConfig(impl="echo", cpus_per_worker=0.5, min_replicas=2, request_timeout_s=20,
+                         retries=0, max_restarts=2)
+    monitor = start_monitor("killtest", stale_after_s=30)
+    coordinator = _coordinator("killtest", {"echo": echo})
+    try:
+        handle = coordinator.start()["echo"]
+        assert handle.endpoints[0].weight == 2
+        client = AuxClient(handle, rank=0)
+        pending = [client.submit("sleep", {"seconds": 0.05, "i": i}) for i in range(40)]
+        time.sleep(0.3)
+        ray.kill(coordinator.actors["echo"][0], no_restart=False)  # mid-stream
+        results = [client.result(request)["i"] for request in pending]
+        assert results == list(range(40))  # every request answered despite the kill
+        assert client.call("echo", {"after": True})["after"] is True
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            summary = ray.get(monitor.summaries.remote())["echo"]
+            if summary.restarts >= 1 and summary.workers_known == 2:
+                break
+            time.sleep(0.2)
+        assert summary.restarts >= 1
+        assert summary.process_ms_p50 > 0
+    finally:
+        coordinator.shutdown()
+        ray.kill(monitor)
+
+
+def test_failing_startup_check_names_the_service(local_ray: None) -> None:
+    broken = ServiceConfig(impl="encoder", options={"input_dim": 4, "output_dim": 2,
+                                                    "no_such_option": 1},
+                           cpus_per_worker=0.5, startup_timeout_s=30, max_restarts=0)
+    coordinator = _coordinator("brokentest", {"teacher": broken})
+    try:
+        with pytest.raises(AuxStartupError, match="'teacher'"):
+            coordinator.start()
+    finally:
+        coordinator.shutdown()

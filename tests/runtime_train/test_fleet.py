@@ -1,0 +1,84 @@
+"""FleetMonitor aggregation and the reporter's sinks (pure; the Ray actor is exercised in
+test_aux_ray.py and test_run_local.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from runtime.fleet import (
+    FleetReporter,
+    FleetState,
+    ProxySample,
+    ServiceSummary,
+    WorkerSample,
+)
+
+
+def _sample(worker: str, incarnation: str, served: int, waits: list[float]) -> WorkerSample:
+    return WorkerSample("enc", worker, incarnation, served, errors=1, pending=2,
+                        queue_wait_s=waits, process_s=[0.010] * len(waits))
+
+
+def test_summary_combines_workers_proxies_and_restarts() -> None:
+    state = FleetState(window_s=30, stale_after_s=5)
+    state.record_worker(_sample("w0", "a", 10, [0.001] * 10), now=100.0)
+    state.record_worker(_sample("w1", "b", 10, [0.003] * 10), now=100.0)
+    state.record_worker(_sample("w0", "c", 10, [0.001] * 10), now=110.0)  # w0 restarted
+    state.record_proxy(ProxySample("enc", "node-a", in_flight=3, waiting=4, ready_workers=2))
+    summary = state.summaries(now=111.0)["enc"]
+    assert summary.restarts == 1
+    assert summary.errors == 3
+    assert summary.pending == 2 + 2 + 4
+    assert summary.throughput_rps == pytest.approx(30 / 11)
+    assert summary.queue_wait_ms_p50 == pytest.approx(1.0)
+    assert summary.process_ms_p99 == pytest.approx(10.0)
+    assert (summary.workers_healthy, summary.workers_known) == (1, 2)  # w1 went silent
+
+
+def test_old_samples_leave_the_window() -> None:
+    state = FleetState(window_s=10)
+    state.record_worker(_sample("w0", "a", 5, [0.5] * 5), now=0.0)
+    state.record_worker(_sample("w0", "a", 5, [0.001] * 5), now=20.0)
+    summary = state.summaries(now=21.0)["enc"]
+    assert summary.queue_wait_ms_p99 == pytest.approx(1.0)
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, str]] = []
+
+    def emit(self, step: int, summaries: Mapping[str, ServiceSummary]) -> None:
+        self.rows += [(step, name) for name in summaries]
+
+
+class LocalMonitor:
+    """The reporter calls `monitor.summaries.remote()` and `ray.get`s it; this stands in for
+    the actor handle with a real FleetState and a real (local-mode free) ObjectRef."""
+
+    def __init__(self, state: FleetState) -> None:
+        self.summaries = self
+        self.state = state
+
+    def remote(self) -> object:
+        import ray
+
+        return ray.put(self.state.summaries())
+
+
+@pytest.mark.slow
+def test_reporter_emits_every_n_steps() -> None:
+    import ray
+
+    ray.init(num_cpus=1, include_dashboard=False, logging_level="WARNING")
+    try:
+        state = FleetState()
+        state.record_worker(_sample("w0", "a", 1, [0.001]))
+        sink = ListSink()
+        reporter = FleetReporter(LocalMonitor(state), [sink], every=5)
+        for step in range(1, 11):
+            reporter.after_step(step)
+        assert sink.rows == [(5, "enc"), (10, "enc")]
+    finally:
+        ray.shutdown()

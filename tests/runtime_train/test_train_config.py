@@ -1,0 +1,67 @@
+"""Composition (packaged defaults + YAML + overrides) and validation of training configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runtime.errors import ConfigError
+from runtime.train.compose import compose_raw, load_config
+from runtime.train.config import build_config
+from runtime.train.local import local_overrides
+from runtime.train.numa import numa_nodes, parse_cpulist
+
+TINY = Path(__file__).resolve().parents[2] / "examples/train/tiny.yaml"
+
+
+def test_tiny_example_composes_defaults_groups_and_overrides() -> None:
+    config = load_config(TINY, ["run.steps=7", "aux.services.teacher.ratio=4"])
+    assert config.run.steps == 7
+    assert config.layout.backend == "gloo"  # from the layout/cpu group
+    teacher = config.aux.services["teacher"]
+    assert (teacher.impl, teacher.ratio, teacher.options["seed"]) == ("encoder", 4, 7)
+
+
+def test_unknown_override_key_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"run\.stepz"):
+        load_config(TINY, ["run.stepz=3"])
+
+
+def test_bad_value_names_the_field_path() -> None:
+    with pytest.raises(ConfigError, match=r"aux\.services\.teacher\.ratio"):
+        load_config(TINY, ["aux.services.teacher.ratio=-1"])
+
+
+def test_unknown_key_in_yaml_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("defaults:\n  - gkr_defaults\n  - _self_\nmodel:\n  widht: 3\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: model\.widht: Extra inputs"):
+        load_config(path)
+
+
+def test_target_service_must_exist() -> None:
+    with pytest.raises(ConfigError, match="target_service 'nope'"):
+        build_config({"model": {"target_service": "nope"}})
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config(tmp_path / "absent.yaml")
+
+
+def test_local_overrides_move_gpu_work_to_cpus() -> None:
+    raw = compose_raw(TINY)
+    assert local_overrides(raw, has_gpu=True) == ["run.ray_address=null"]
+    cpu = local_overrides(raw, has_gpu=False)
+    assert "layout.gpus_per_worker=0" in cpu
+    assert "aux.services.teacher.gpus_per_worker=0" in cpu
+    assert load_config(TINY, cpu).layout.gpus_per_worker == 0
+
+
+def test_numa_topology_parsing(tmp_path: Path) -> None:
+    assert parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    for node, cpus in (("node0", "0-1"), ("node1", "2-3"), ("node2", "")):
+        (tmp_path / node).mkdir()
+        (tmp_path / node / "cpulist").write_text(cpus + "\n")
+    assert numa_nodes(tmp_path) == [[0, 1], [2, 3]]
