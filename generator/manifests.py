@@ -40,14 +40,46 @@ def environment() -> jinja2.Environment:
     return env
 
 
+class _Embeds:
+    """Sub-documents placed by templates as tokens and swapped in after parsing.
+
+    `{{ embed(pod) }}` prints a token instead of re-serialising an already-built pod, so
+    the (slow) YAML constructor never parses the same structure twice.
+    """
+
+    def __init__(self) -> None:
+        self.objects: dict[str, Any] = {}
+
+    def __call__(self, value: Any) -> str:
+        token = f"@gkr-embed-{len(self.objects)}@"
+        self.objects[token] = value
+        return json.dumps(token)
+
+    def substitute(self, node: Any) -> Any:
+        if isinstance(node, str):
+            return self.objects.get(node, node)
+        if isinstance(node, dict):
+            return {key: self.substitute(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [self.substitute(value) for value in node]
+        return node
+
+
+def _render(name: str, values: dict[str, Any]) -> str:
+    return environment().get_template(name).render(**values)
+
+
 def render_template(name: str, **values: Any) -> Any:
     """One YAML document from a template, as data."""
-    return load_rendered(environment().get_template(name).render(**values))
+    embeds = _Embeds()
+    return embeds.substitute(load_rendered(_render(name, {**values, "embed": embeds})))
 
 
 def render_documents(name: str, **values: Any) -> list[dict[str, Any]]:
     """Every YAML document of a template, as data."""
-    return load_all_rendered(environment().get_template(name).render(**values))
+    embeds = _Embeds()
+    documents = load_all_rendered(_render(name, {**values, "embed": embeds}))
+    return [embeds.substitute(document) for document in documents]
 
 
 def render_job(job: ResolvedJob) -> list[dict[str, Any]]:

@@ -142,7 +142,7 @@ def _environment(loaded: LoadedSpec, problems: list[Problem]) -> dict[str, str]:
         problems.append(source.problem(("env_file",), f"{spec.env_file!r} not found"))
         return dict(spec.env)
     try:
-        data, lines = load_document(path, str(path))
+        data, _ = load_document(path, str(path))
     except InvalidInput as error:
         problems.extend(error.problems)
         return dict(spec.env)

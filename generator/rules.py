@@ -19,7 +19,9 @@ Finding = tuple[tuple[str | int, ...], str]
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 URI = re.compile(r"^(gs|https|s3)://\S+$")
 RESERVED_LABEL_PREFIXES = ("gkr.dev/", "kueue.x-k8s.io/", "ray.io/", "app.kubernetes.io/")
 # KubeRay derives pod and service names from these (ray-operator utils/constant.go).
@@ -78,7 +80,7 @@ def check_accelerator(ctx: Context) -> Iterator[Finding]:
     spec, cluster = ctx.spec, ctx.cluster
     if spec.accelerator is None:
         if spec.gpus:
-            yield ("accelerator",), "GPUs need an accelerator type (one per job)"
+            yield ("gpus",), "GPUs need an accelerator type (one per job)"
         return
     if cluster and ctx.pool is None:
         offered = ", ".join(sorted(cluster.accelerators)) or "none"
@@ -87,14 +89,15 @@ def check_accelerator(ctx: Context) -> Iterator[Finding]:
 
 def check_gpus(ctx: Context) -> Iterator[Finding]:
     spec, accel, pool = ctx.spec, ctx.accelerator, ctx.pool
-    if accel is None or spec.gpus is None:
+    if accel is None:
         return
     per_node = accel.gpus_per_node
-    if spec.gpus == 0:
+    gpus = per_node if spec.gpus is None else spec.gpus
+    if gpus == 0:
         yield ("gpus",), f"0 GPUs on an {spec.accelerator} node wastes it; drop `accelerator`"
-    elif spec.gpus > per_node:
-        yield ("gpus",), f"{spec.gpus} per pod, but an {spec.accelerator} node has {per_node}"
-    elif spec.pods > 1 and spec.gpus != per_node:
+    elif gpus > per_node:
+        yield ("gpus",), f"{gpus} per pod, but an {spec.accelerator} node has {per_node}"
+    elif spec.pods > 1 and gpus != per_node:
         yield ("gpus",), (f"multi-node jobs take whole nodes: use {per_node} GPUs per pod "
                           f"(or pods: 1 for a partial node)")
     if pool is not None and spec.pods > pool.nodes:
@@ -106,7 +109,8 @@ def check_pod_size(ctx: Context) -> Iterator[Finding]:
     if accel is not None:
         limit, where = accel.allocatable, f"an {spec.accelerator} node ({accel.machine_type})"
     elif cluster is not None and spec.accelerator is None:
-        limit, where = cluster.head_pool.allocatable, f"a CPU node ({cluster.head_pool.machine_type})"
+        pool = cluster.head_pool
+        limit, where = pool.allocatable, f"a CPU node ({pool.machine_type})"
     else:
         return
     if spec.cpus is not None and spec.cpus > limit.cpus:

@@ -90,6 +90,8 @@ def spec_files(root: Path, paths: list[Path] | None = None) -> list[Path]:
     targets = paths or [root / JOBS_DIR]
     found: set[Path] = set()
     for target in targets:
+        if not target.exists() and target == root / JOBS_DIR:
+            continue
         if target.is_dir():
             # Only jobs/<team>/<name>.yaml are specs; deeper files (env files) are not.
             found.update(p for p in target.rglob("*")

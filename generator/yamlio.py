@@ -30,7 +30,8 @@ def load_document(path: Path, display: str, text: str | None = None) -> tuple[An
     except MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark else None
-        raise InvalidInput([Problem(display, line, "", f"not valid YAML: {error.problem}")]) from None
+        problem = Problem(display, line, "", f"not valid YAML: {error.problem}")
+        raise InvalidInput([problem]) from None
     except YAMLError as error:
         raise InvalidInput([Problem(display, None, "", f"not valid YAML: {error}")]) from None
     lines: LineMap = {}

@@ -21,7 +21,7 @@ out_console = Console(highlight=False, soft_wrap=True)
 
 
 def main() -> None:
-    """Console-script entry point: user mistakes become messages and exit codes, never tracebacks."""
+    """Console-script entry point: user mistakes become messages and exit codes."""
     try:
         app()
     except GkrError as error:
