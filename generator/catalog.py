@@ -108,6 +108,8 @@ class Team(_Model):
     """Kubernetes namespace of the team."""
     queue: str = Field(pattern=DNS_LABEL)
     """Kueue LocalQueue name in that namespace."""
+    group: str | None = None
+    """Google group whose members may run jobs in the namespace (RBAC); none: no binding."""
 
 
 class Cluster(_Model):

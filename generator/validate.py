@@ -16,6 +16,8 @@ from generator import schemas
 from generator.catalog import Catalog
 from generator.errors import CheckFailed, Problem
 from generator.kustomize import build
+from generator.platform.checks import check_terraform_structure, check_terraform_tools
+from generator.policies import check_job_policies
 from generator.tree import Tree
 
 TreeCheck = Callable[[Tree, Catalog], list[Problem]]
@@ -41,7 +43,9 @@ def _name(document: dict) -> str:
     return f"{document.get('kind', '?')}/{document.get('metadata', {}).get('name', '?')}"
 
 
-TREE_CHECKS: list[TreeCheck] = [check_schemas]
+TREE_CHECKS: list[TreeCheck] = [
+    check_schemas, check_job_policies, check_terraform_structure, check_terraform_tools,
+]
 
 
 def overlays(tree: Tree) -> list[str]:

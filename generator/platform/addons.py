@@ -1,0 +1,155 @@
+"""The add-on catalog, platform/catalog/addons.yaml: chart versions, Argo CD, Kueue and
+provisioning facts that vary by platform, never by job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from generator.catalog import DNS_LABEL, load_model
+
+ADDONS_FILE = "platform/catalog/addons.yaml"
+Wave = Literal["controllers", "observability", "config", "services"]
+Stack = Literal["tcpx", "tcpxo", "rdma"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class ArgoCd(_Model):
+    namespace: str = Field(pattern=DNS_LABEL)
+    """Namespace Argo CD runs in (Applications live there)."""
+    project: str
+    """Argo CD project of every generated Application."""
+    repo_url: str
+    """Git URL of this repository, as Argo CD reads it."""
+    target_revision: str
+    """Branch or tag Argo CD syncs."""
+    waves: dict[Wave, int]
+    """Sync wave of each reconciliation stage (lower syncs first)."""
+
+
+class Addon(_Model):
+    description: str
+    """What the add-on is for, for humans."""
+    repo_url: str
+    """Helm repository URL, or oci://… for an OCI chart (then `chart` is omitted)."""
+    chart: str | None = None
+    """Chart name in a classic Helm repository."""
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+    """Pinned chart version (exact, never a range)."""
+    namespace: str = Field(pattern=DNS_LABEL)
+    """Namespace the chart installs into."""
+    wave: Wave
+    """Reconciliation stage of the add-on."""
+    values: dict[str, Any]
+    """Helm values."""
+
+    @model_validator(mode="after")
+    def _source(self) -> Addon:
+        if self.repo_url.startswith("oci://") == (self.chart is not None):
+            raise ValueError("give `chart` for a Helm repository, omit it for an oci:// chart")
+        return self
+
+
+class Namespaces(_Model):
+    system: str = Field(pattern=DNS_LABEL)
+    """Namespace of GKR's own cluster services (image pre-cache)."""
+    system_pod_security: str
+    """Pod Security Admission level enforced in that namespace."""
+    pod_security: dict[Literal["enforce", "audit", "warn"], str]
+    """Pod Security Admission levels of team namespaces."""
+
+
+class Kueue(_Model):
+    cluster_queue: str = Field(pattern=DNS_LABEL)
+    """Name of the ClusterQueue every LocalQueue points at."""
+    unbounded_quota: str
+    """Quota of CPUs and GPUs per flavor: far above capacity, so Kueue admits all jobs."""
+    unbounded_memory: str
+    """Memory quota per flavor, likewise unbounded."""
+
+
+class Precache(_Model):
+    name: str = Field(pattern=DNS_LABEL)
+    """Name of the image pre-cache DaemonSet."""
+    keep_alive_image: str
+    """Friendly image name (images.yaml) of the container that keeps the pod running."""
+    keep_alive_command: list[str]
+    """Command of that container."""
+    warm_command: list[str]
+    """Command run once in each cached image (it only has to start)."""
+
+
+class NcclInstaller(_Model):
+    image: str
+    """Installer image GKE publishes for the stack."""
+    command: list[str]
+    """Installer command; copies the plugin to `mount_path`."""
+    host_path: str
+    """Host directory the plugin lands in (the one jobs mount)."""
+    mount_path: str
+    """Where the installer sees that host directory."""
+
+
+class NetworkStack(_Model):
+    layout: Literal["vpc_per_nic", "roce_vpc"]
+    """One VPC per GPU NIC, or one RoCE VPC with a subnet per GPU NIC."""
+    mtu: int = Field(ge=1460, le=8896)
+    """MTU of the GPU networks."""
+
+
+class TerraformFacts(_Model):
+    state_bucket: str
+    """GCS bucket holding Terraform state (one prefix per root)."""
+    google_provider: str
+    """Version constraint of the google provider."""
+    terraform_version: str
+    """Required Terraform version."""
+    release_channel: Literal["RAPID", "REGULAR", "STABLE"]
+    """GKE release channel."""
+    node_cidr: str
+    """Primary range of each cluster's node subnet."""
+    pod_cidr: str
+    """Secondary range for pods."""
+    service_cidr: str
+    """Secondary range for services."""
+    master_cidr: str
+    """/28 of the private control plane."""
+    gpu_cidr: str
+    """Range the GPU NIC subnets are carved from (a /24 each)."""
+    admin_cidrs: list[str] = Field(min_length=1)
+    """Networks allowed to reach the control plane."""
+    checkpoint_retention_days: int = Field(gt=0)
+    """Days noncurrent checkpoint object versions are kept."""
+
+
+class Addons(_Model):
+    """Everything in platform/catalog/addons.yaml."""
+
+    argocd: ArgoCd
+    """Argo CD settings."""
+    addons: dict[str, Addon]
+    """Cluster add-ons installed from Helm charts, by Application name."""
+    namespaces: Namespaces
+    """Namespace settings."""
+    kueue: Kueue
+    """Kueue objects of each cluster."""
+    precache: Precache
+    """The image pre-cache DaemonSet."""
+    nccl_installers: dict[Stack, NcclInstaller]
+    """NCCL plugin installer per GPUDirect stack."""
+    pause_image: str
+    """Image of the idle container of installer DaemonSets."""
+    gpu_network_stacks: dict[Stack, NetworkStack]
+    """GPU NIC network layout per GPUDirect stack."""
+    terraform: TerraformFacts
+    """Provisioning facts shared by every cluster root."""
+
+
+def load_addons(root: Path) -> Addons:
+    """The add-on catalog of a repository (errors name the file, line and field)."""
+    return load_model(Addons, root / ADDONS_FILE, root)[0]

@@ -1,0 +1,156 @@
+"""Checks of the generated platform in `gkr validate`: the Terraform structure (python-hcl2
+over the hand-written modules, JSON roots against the catalog) and `terraform fmt -check`.
+
+`terraform validate` needs the google provider, which `terraform init` downloads; where it
+cannot (no binary, no network, no local mirror) the check is skipped and says why.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import hcl2
+
+from generator.catalog import Catalog
+from generator.errors import Problem
+from generator.platform.addons import load_addons
+from generator.platform.context import PlatformContext
+from generator.platform.terraform import accelerator_pools, cluster_root
+
+if TYPE_CHECKING:
+    from generator.tree import Tree
+
+MODULE = "terraform/modules/gke-cluster"
+NODE_POOLS = "google_container_node_pool"
+
+
+@dataclass
+class ToolReport:
+    """Problems found by external tools, and the checks skipped with their reason."""
+
+    problems: list[Problem] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def module_variables(root: Path, module: str = MODULE) -> dict[str, dict[str, Any]]:
+    """The `variable` blocks of a hand-written module, parsed with python-hcl2."""
+    variables: dict[str, dict[str, Any]] = {}
+    for path in sorted((root / module).glob("*.tf")):
+        with path.open(encoding="utf-8") as handle:
+            for block in hcl2.load(handle).get("variable", []):
+                variables.update({_unquote(k): v for k, v in block.items()})
+    return variables
+
+
+def _unquote(name: str) -> str:
+    """python-hcl2 8 keeps the quotes of block labels ("name"); earlier versions drop them."""
+    return name.strip('"')
+
+
+def module_resources(root: Path, module: str = MODULE) -> dict[str, dict[str, Any]]:
+    """Resource type → {name: body} of a hand-written module."""
+    resources: dict[str, dict[str, Any]] = {}
+    for path in sorted((root / module).glob("*.tf")):
+        with path.open(encoding="utf-8") as handle:
+            for block in hcl2.load(handle).get("resource", []):
+                for kind, named in block.items():
+                    resources.setdefault(_unquote(kind), {}).update(
+                        {_unquote(k): v for k, v in named.items()})
+    return resources
+
+
+def check_terraform_structure(tree: Tree, catalog: Catalog) -> list[Problem]:
+    """Each cluster has its root; the root passes exactly the module's variables, and its
+    node pools are the catalog's; the module makes one GPU pool per entry."""
+    variables = module_variables(catalog.root)
+    required = {name for name, body in variables.items() if "default" not in body}
+    ctx = PlatformContext(catalog, load_addons(catalog.root), tree)
+    problems = _module_problems(catalog.root)
+    for cluster in catalog.clusters.values():
+        path = cluster_root(cluster)
+        if path not in tree.files:
+            problems.append(Problem(path, None, "", "the cluster has no Terraform root"))
+            continue
+        module = json.loads(tree.files[path])["module"]["cluster"]
+        passed = set(module) - {"source"}
+        problems += [Problem(path, None, f"module.cluster.{name}", message) for name, message in
+                     [(n, "not a variable of the module") for n in sorted(passed - set(variables))]
+                     + [(n, "required by the module") for n in sorted(required - passed)]]
+        if module.get("accelerator_pools") != accelerator_pools(ctx, cluster):
+            problems.append(Problem(path, None, "module.cluster.accelerator_pools",
+                                    f"differs from clusters/{cluster.name}.yaml"))
+    return problems
+
+
+def _module_problems(root: Path) -> list[Problem]:
+    pools = module_resources(root).get(NODE_POOLS, {})
+    body = pools.get("accelerators", {})
+    if "${var.accelerator_pools}" not in str(body.get("for_each", "")):
+        return [Problem(f"{MODULE}/node_pools.tf", None, f"{NODE_POOLS}.accelerators",
+                        "must make one node pool per entry of var.accelerator_pools")]
+    return []
+
+
+def terraform_binary() -> str | None:
+    return shutil.which("terraform")
+
+
+def check_terraform_fmt(root: Path) -> ToolReport:
+    """`terraform fmt -check -recursive terraform/` (hand-written HCL; roots are JSON)."""
+    binary = terraform_binary()
+    if binary is None:
+        return ToolReport(skipped=["terraform fmt -check: no terraform binary on PATH"])
+    result = _run([binary, "fmt", "-check", "-recursive", "-list=true", str(root / "terraform")])
+    files = [line for line in result.stdout.splitlines() if line.strip()]
+    return ToolReport([Problem(Path(f).relative_to(root).as_posix() if Path(f).is_absolute()
+                               else f, None, "", "not formatted: run `terraform fmt`")
+                       for f in files] if result.returncode else [])
+
+
+def check_terraform_validate(root: Path, tree: Tree) -> ToolReport:
+    """`terraform validate` of every cluster root, when the google provider can be installed."""
+    binary = terraform_binary()
+    if binary is None:
+        return ToolReport(skipped=["terraform validate: no terraform binary on PATH"])
+    report = ToolReport()
+    with tempfile.TemporaryDirectory(prefix="gkr-terraform-") as scratch:
+        shutil.copytree(root / "terraform" / "modules", Path(scratch, "terraform", "modules"))
+        for path, text in tree.files.items():
+            if path.startswith("terraform/"):
+                Path(scratch, path).parent.mkdir(parents=True, exist_ok=True)
+                Path(scratch, path).write_text(text, encoding="utf-8")
+        for path in sorted(p for p in tree.files if p.startswith("terraform/")):
+            folder = Path(scratch, path).parent
+            init = _run([binary, "init", "-backend=false", "-input=false", "-no-color"], folder)
+            if init.returncode:
+                reason = _first_error(init.stderr)
+                report.skipped.append(f"terraform validate {Path(path).parent}: providers "
+                                      f"could not be installed (offline?): {reason}")
+                continue
+            done = _run([binary, "validate", "-no-color"], folder)
+            if done.returncode:
+                report.problems.append(Problem(path, None, "", done.stderr.strip()))
+    return report
+
+
+def _first_error(stderr: str) -> str:
+    lines = [line.strip(" │") for line in stderr.splitlines()]
+    errors = [line for line in lines if line.startswith("Error:")]
+    detail = [line for line in lines if "could not connect" in line]
+    return " ".join((errors + detail)[:2]) or (lines[-1] if lines else "no output")
+
+
+def _run(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False,
+                          timeout=300)
+
+
+def check_terraform_tools(tree: Tree, catalog: Catalog) -> list[Problem]:
+    """The TREE_CHECKS entry for `terraform fmt` (skipped silently without the binary)."""
+    return check_terraform_fmt(catalog.root).problems

@@ -1,0 +1,37 @@
+"""What every platform producer reads: the render context plus the add-on catalog."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from generator.catalog import Accelerator, Catalog, Cluster
+from generator.platform.addons import ADDONS_FILE, Addons
+
+if TYPE_CHECKING:
+    from generator.tree import Tree
+
+CATALOG_SOURCE = "the cluster catalog (clusters/, platform/catalog/)"
+
+
+@dataclass(frozen=True)
+class PlatformContext:
+    catalog: Catalog
+    addons: Addons
+    tree: Tree
+
+    def add(self, path: str, documents: list[dict[str, Any]], source: str = ADDONS_FILE) -> None:
+        self.tree.add(path, documents, source)
+
+    def offered(self, cluster: Cluster) -> dict[str, Accelerator]:
+        """The accelerators a cluster offers, by name, in a stable order."""
+        return {name: self.catalog.accelerators[name] for name in sorted(cluster.accelerators)}
+
+    def gpu_tolerations(self, accelerators: list[Accelerator]) -> list[dict[str, Any]]:
+        """Tolerations for node add-ons: each accelerator's taints, and any team reservation."""
+        found: list[dict[str, Any]] = []
+        for accelerator in accelerators:
+            found += [t for t in accelerator.tolerations if t not in found]
+        reserved = {"key": self.catalog.platform.reservation_taint, "operator": "Exists",
+                    "effect": "NoSchedule"}
+        return [*found, reserved]

@@ -1,0 +1,110 @@
+"""Policies every rendered job manifest must satisfy (run by `gkr validate`).
+
+* it stays in its team's namespace on its cluster (the folder it is rendered into);
+* no container is privileged or shares the host's network, PID or IPC namespaces;
+* host paths and added capabilities are exactly those the accelerator catalog requires;
+* every image is pinned by digest, except the sidecar images the accelerator catalog
+  itself names (GKE publishes those by tag; the catalog is reviewed like code).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from generator.catalog import PINNED_IMAGE, Accelerator, Catalog
+from generator.errors import Problem
+
+if TYPE_CHECKING:
+    from generator.tree import Tree
+
+JOB_PATH = re.compile(r"^kustomize/overlays/(?P<cluster>[^/]+)/jobs/(?P<namespace>[^/]+)/[^/]+$")
+HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
+
+
+def check_job_policies(tree: Tree, catalog: Catalog) -> list[Problem]:
+    """Every policy over every rendered job manifest."""
+    accelerators = {_path(job): job.accelerator for job in tree.jobs}
+    problems = []
+    for path, documents in sorted(tree.manifests.items()):
+        match = JOB_PATH.match(path)
+        if not match:
+            continue
+        cluster = catalog.clusters.get(match["cluster"])
+        teams = {t.namespace for t in cluster.teams.values()} if cluster else set()
+        for document in documents:
+            where = f"{document.get('kind')}/{document.get('metadata', {}).get('name')}"
+            found = _namespace(document, match["namespace"], teams)
+            found += [f"{pod_path}: {message}" for pod_path, pod in pod_specs(document)
+                      for message in pod_problems(pod, accelerators.get(path))]
+            problems += [Problem(path, None, where, message) for message in found]
+    return problems
+
+
+def _path(job: Any) -> str:
+    return f"kustomize/overlays/{job.cluster.name}/jobs/{job.namespace}/{job.name}.yaml"
+
+
+def _namespace(document: dict[str, Any], folder: str, teams: set[str]) -> list[str]:
+    namespace = document.get("metadata", {}).get("namespace")
+    if namespace != folder:
+        return [f"namespace {namespace!r} leaves the folder's team namespace {folder!r}"]
+    if namespace not in teams:
+        return [f"namespace {namespace!r} is not a team namespace of the cluster "
+                f"(allowed: {', '.join(sorted(teams))})"]
+    return []
+
+
+def pod_specs(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every pod spec inside a manifest (Pods, Jobs, RayJob/RayCluster head and workers)."""
+    if isinstance(node, dict):
+        if isinstance(node.get("containers"), list):
+            yield path or "spec", node
+            return
+        for key, value in node.items():
+            yield from pod_specs(value, f"{path}.{key}" if path else key)
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from pod_specs(value, f"{path}[{index}]")
+
+
+def pod_problems(pod: dict[str, Any], accelerator: Accelerator | None) -> list[str]:
+    """What one pod spec does beyond what its accelerator requires."""
+    problems = [f"host namespace {key} is not allowed" for key in HOST_NAMESPACES if pod.get(key)]
+    allowed_paths = {v["hostPath"]["path"] for v in accelerator.volumes
+                     if "hostPath" in v} if accelerator else set()
+    for volume in pod.get("volumes", []):
+        path = volume.get("hostPath", {}).get("path")
+        if path is not None and path not in allowed_paths:
+            problems.append(f"volume {volume.get('name')!r} mounts host path {path!r}, which "
+                            "the accelerator catalog does not require")
+    for container in _containers(pod):
+        problems += container_problems(container, accelerator)
+    return problems
+
+
+def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for key in ("initContainers", "containers", "ephemeralContainers")
+            for c in pod.get(key, [])]
+
+
+def container_problems(container: dict[str, Any], accelerator: Accelerator | None) -> list[str]:
+    name = container.get("name")
+    sidecar = next((s for s in accelerator.sidecars if s.get("name") == name),
+                   None) if accelerator else None
+    context = container.get("securityContext", {})
+    problems = []
+    if context.get("privileged"):
+        problems.append(f"container {name!r} runs privileged")
+    allowed = set(((sidecar or {}).get("securityContext") or {}).get("capabilities", {})
+                  .get("add", []))
+    extra = sorted(set(context.get("capabilities", {}).get("add", [])) - allowed)
+    if extra:
+        problems.append(f"container {name!r} adds capabilities {extra} that the accelerator "
+                        "catalog does not require")
+    image = container.get("image", "")
+    if not re.match(PINNED_IMAGE, image) and not (sidecar and sidecar.get("image") == image):
+        problems.append(f"container {name!r} uses image {image!r}, which is not pinned: "
+                        "use repository@sha256:<digest> or a name from images.yaml")
+    return problems

@@ -1,0 +1,91 @@
+# The cluster's VPC, and the extra networks GPUDirect needs: TCPX/TCPXO give each GPU NIC
+# its own VPC; RDMA (A3 Ultra, A4) uses one VPC on the zone's RoCE network profile with a
+# subnet per GPU NIC (GKE docs "Maximize GPU network bandwidth").
+
+locals {
+  vpc_per_nic = { for name, n in var.gpu_networks : name => n if n.layout == "vpc_per_nic" }
+  roce_nics   = { for name, n in var.gpu_networks : name => n if n.layout == "roce_vpc" }
+  nic_index   = { for i, name in sort(keys(var.gpu_networks)) : name => i }
+}
+
+resource "google_compute_network" "main" {
+  name                    = var.name
+  project                 = var.project
+  auto_create_subnetworks = false
+}
+
+resource "google_compute_subnetwork" "main" {
+  name                     = var.name
+  project                  = var.project
+  region                   = var.region
+  network                  = google_compute_network.main.id
+  ip_cidr_range            = var.node_cidr
+  private_ip_google_access = true
+
+  secondary_ip_range {
+    range_name    = "pods"
+    ip_cidr_range = var.pod_cidr
+  }
+  secondary_ip_range {
+    range_name    = "services"
+    ip_cidr_range = var.service_cidr
+  }
+  log_config {
+    aggregation_interval = "INTERVAL_5_MIN"
+    flow_sampling        = 0.5
+    metadata             = "INCLUDE_ALL_METADATA"
+  }
+}
+
+# Private nodes reach registries outside Google (Helm charts, add-on images) through NAT.
+resource "google_compute_router" "main" {
+  name    = var.name
+  project = var.project
+  region  = var.region
+  network = google_compute_network.main.id
+}
+
+resource "google_compute_router_nat" "main" {
+  name                               = var.name
+  project                            = var.project
+  region                             = var.region
+  router                             = google_compute_router.main.name
+  nat_ip_allocate_option             = "AUTO_ONLY"
+  source_subnetwork_ip_ranges_to_nat = "ALL_SUBNETWORKS_ALL_IP_RANGES"
+  log_config {
+    enable = true
+    filter = "ERRORS_ONLY"
+  }
+}
+
+resource "google_compute_network" "gpu" {
+  for_each                = local.vpc_per_nic
+  name                    = "${var.name}-${each.key}"
+  project                 = var.project
+  auto_create_subnetworks = false
+  mtu                     = each.value.mtu
+}
+
+resource "google_compute_network" "roce" {
+  count                   = length(local.roce_nics) > 0 ? 1 : 0
+  name                    = "${var.name}-roce"
+  project                 = var.project
+  auto_create_subnetworks = false
+  mtu                     = max([for n in values(local.roce_nics) : n.mtu]...)
+  network_profile         = "projects/${var.project}/global/networkProfiles/${var.roce_zone}-vpc-roce"
+}
+
+resource "google_compute_subnetwork" "gpu" {
+  for_each                 = var.gpu_networks
+  name                     = "${var.name}-${each.key}"
+  project                  = var.project
+  region                   = var.region
+  network                  = each.value.layout == "vpc_per_nic" ? google_compute_network.gpu[each.key].id : google_compute_network.roce[0].id
+  ip_cidr_range            = cidrsubnet(var.gpu_cidr, 8, local.nic_index[each.key])
+  private_ip_google_access = true
+  log_config {
+    aggregation_interval = "INTERVAL_5_MIN"
+    flow_sampling        = 0.5
+    metadata             = "INCLUDE_ALL_METADATA"
+  }
+}

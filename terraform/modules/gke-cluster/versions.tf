@@ -1,0 +1,8 @@
+terraform {
+  required_version = ">= 1.5"
+  required_providers {
+    google = {
+      source = "hashicorp/google"
+    }
+  }
+}
