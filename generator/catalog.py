@@ -131,6 +131,8 @@ class Cluster(_Model):
     """Accelerator types offered, with their node pools."""
     teams: dict[str, Team] = Field(min_length=1)
     """Teams allowed on the cluster: folder name under jobs/ → namespace and queue."""
+    code_store: str | None = Field(None, pattern=r"^(gs|s3|file)://\S+$")
+    """Where `gkr submit` uploads packaged working directories (gs://, s3:// or file://)."""
 
     def team_of_namespace(self, namespace: str) -> str | None:
         return next((t for t, team in self.teams.items() if team.namespace == namespace), None)

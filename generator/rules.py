@@ -22,7 +22,7 @@ LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
-URI = re.compile(r"^(gs|https|s3)://\S+$")
+URI = re.compile(r"^(gs|https|s3|file)://\S+$")  # file://: a shared filesystem (Ray)
 RESERVED_LABEL_PREFIXES = ("gkr.dev/", "kueue.x-k8s.io/", "ray.io/", "app.kubernetes.io/")
 # KubeRay derives pod and service names from these (ray-operator utils/constant.go).
 NAME_LIMITS = {"rayjob": 47, "raycluster": 53, "job": 63}
@@ -164,7 +164,8 @@ def check_environment(ctx: Context) -> Iterator[Finding]:
         elif name.startswith("GKR_"):
             yield ("env", name), "GKR_* variables are set by GKR"
     if spec.working_dir and not (spec.working_dir.startswith("/") or URI.match(spec.working_dir)):
-        yield ("working_dir",), "an absolute path in the image, or a gs://, s3:// or https:// URI"
+        yield ("working_dir",), ("an absolute path in the image, or a gs://, s3://, https:// or "
+                                 "file:// URI")
     if spec.working_dir and URI.match(spec.working_dir) and spec.kind == "job":
         yield ("working_dir",), "a job cannot fetch a remote working_dir; use a path in the image"
 
