@@ -11,5 +11,6 @@ from generator.cli._app import app, main
 from generator.cli import render  # noqa: F401  isort: skip
 from generator.cli import run  # noqa: F401  isort: skip
 from generator.cli import warden  # noqa: F401  isort: skip
+from generator.cli import platform  # noqa: F401  isort: skip
 
 __all__ = ["app", "main"]

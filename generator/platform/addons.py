@@ -123,6 +123,8 @@ class TerraformFacts(_Model):
     """Range the GPU NIC subnets are carved from (a /24 each)."""
     admin_cidrs: list[str] = Field(min_length=1)
     """Networks allowed to reach the control plane."""
+    rbac_security_group: str
+    """The gke-security-groups@<domain> group that team groups are nested in."""
     checkpoint_retention_days: int = Field(gt=0)
     """Days noncurrent checkpoint object versions are kept."""
 

@@ -22,6 +22,7 @@ resource "google_project_iam_member" "nodes" {
 
 resource "google_container_cluster" "this" {
   #checkov:skip=CKV_GCP_24:PodSecurityPolicy was removed from Kubernetes in 1.25; Pod Security Admission labels on every namespace replace it.
+  #checkov:skip=CKV_GCP_12:Dataplane V2 (ADVANCED_DATAPATH) enforces NetworkPolicy itself; the legacy Calico network_policy block must stay off with it.
   #checkov:skip=CKV_GCP_66:Binary Authorization is enforced below (PROJECT_SINGLETON_POLICY_ENFORCE); the check reads a field older providers used.
   name                     = var.name
   project                  = var.project
@@ -64,6 +65,10 @@ resource "google_container_cluster" "this" {
     client_certificate_config {
       issue_client_certificate = false
     }
+  }
+  # RoleBindings of team namespaces name Google groups nested in this group.
+  authenticator_groups_config {
+    security_group = var.rbac_security_group
   }
   workload_identity_config {
     workload_pool = "${var.project}.svc.id.goog"

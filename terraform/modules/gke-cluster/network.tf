@@ -89,3 +89,46 @@ resource "google_compute_subnetwork" "gpu" {
     metadata             = "INCLUDE_ALL_METADATA"
   }
 }
+
+# Node, pod and GPU NIC traffic stays inside the cluster's own ranges; nothing is opened to
+# the internet (the control plane is reached through master_authorized_networks).
+resource "google_compute_firewall" "main_internal" {
+  name          = "${var.name}-internal"
+  project       = var.project
+  network       = google_compute_network.main.id
+  direction     = "INGRESS"
+  source_ranges = [var.node_cidr, var.pod_cidr, var.master_cidr]
+  allow {
+    protocol = "all"
+  }
+  log_config {
+    metadata = "INCLUDE_ALL_METADATA"
+  }
+}
+
+resource "google_compute_firewall" "gpu_internal" {
+  for_each      = local.vpc_per_nic
+  name          = "${var.name}-${each.key}-internal"
+  project       = var.project
+  network       = google_compute_network.gpu[each.key].id
+  direction     = "INGRESS"
+  source_ranges = [var.gpu_cidr]
+  allow {
+    protocol = "all"
+  }
+  log_config {
+    metadata = "INCLUDE_ALL_METADATA"
+  }
+}
+
+resource "google_compute_firewall" "roce_internal" {
+  count         = length(google_compute_network.roce)
+  name          = "${var.name}-roce-internal"
+  project       = var.project
+  network       = google_compute_network.roce[0].id
+  direction     = "INGRESS"
+  source_ranges = [var.gpu_cidr]
+  allow {
+    protocol = "all"
+  }
+}

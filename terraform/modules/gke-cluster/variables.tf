@@ -103,3 +103,8 @@ variable "roce_zone" {
   type        = string
   default     = null
 }
+
+variable "rbac_security_group" {
+  description = "Google group (gke-security-groups@<domain>) whose nested groups RBAC may bind."
+  type        = string
+}

@@ -1,0 +1,55 @@
+"""`gkr platform check` and `gkr platform scan-input`: the platform's own CI checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from generator.catalog import Catalog
+from generator.cli._app import app, err_console, out_console
+from generator.errors import CheckFailed
+from generator.platform.checks import (
+    check_terraform_fmt,
+    check_terraform_structure,
+    check_terraform_validate,
+)
+from generator.platform.scan import write_scan_input
+from generator.repo import find_root
+from generator.tree import render_tree
+
+platform_app = typer.Typer(help="Checks of the generated platform (Terraform, scan input).",
+                           no_args_is_help=True)
+app.add_typer(platform_app, name="platform")
+RootOption = Annotated[
+    Path | None, typer.Option("--root", help="Repository root (default: found from the cwd).")
+]
+
+
+@platform_app.command("check")
+def check(root: RootOption = None) -> None:
+    """Terraform structure, `terraform fmt -check` and `terraform validate` (skips say why)."""
+    root = find_root(root)
+    catalog = Catalog(root)
+    tree = render_tree(root, catalog)
+    fmt, validate = check_terraform_fmt(root), check_terraform_validate(root, tree)
+    problems = check_terraform_structure(tree, catalog) + fmt.problems + validate.problems
+    for reason in fmt.skipped + validate.skipped:
+        err_console.print(f"skipped: {reason}")
+    if problems:
+        raise CheckFailed("\n".join(str(p) for p in sorted(set(problems))))
+    out_console.print(f"terraform: {len(catalog.clusters)} cluster roots match the catalog; "
+                      f"fmt {'skipped' if fmt.skipped else 'clean'}; validate "
+                      f"{'skipped' if validate.skipped else 'clean'}")
+
+
+@platform_app.command("scan-input")
+def scan_input(
+    target: Annotated[Path, typer.Argument(help="Folder to write the manifests into.")],
+    root: RootOption = None,
+) -> None:
+    """Write every manifest the clusters receive (overlay builds, Warden, Argo CD) for checkov."""
+    root = find_root(root)
+    written = write_scan_input(root, render_tree(root), target)
+    out_console.print(f"wrote {len(written)} files to {target}")

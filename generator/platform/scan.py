@@ -1,0 +1,41 @@
+"""The input of the security scan (checkov): every manifest a cluster would receive, built
+with the real `kubectl kustomize`, plus the Argo CD Applications and Warden."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from generator.errors import ToolFailed
+from generator.kustomize import build
+from generator.platform.argocd import ARGOCD_ROOT, WARDEN_PATH
+
+if TYPE_CHECKING:
+    from generator.tree import Tree
+
+
+def write_scan_input(root: Path, tree: Tree, target: Path) -> list[Path]:
+    """Write one YAML file per overlay build, Warden's build and Argo CD's files to `target`."""
+    from generator.validate import overlays
+
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for folder in [f for f in overlays(tree) if f.startswith("kustomize/overlays/")]:
+        written.append(_build(root / folder, target / f"{Path(folder).name}.yaml"))
+    if (root / WARDEN_PATH / "kustomization.yaml").is_file():
+        written.append(_build(root / WARDEN_PATH, target / "warden.yaml"))
+    for path, text in sorted(tree.files.items()):
+        if path.startswith(ARGOCD_ROOT + "/"):
+            out = target / "argocd" / path.removeprefix(ARGOCD_ROOT + "/")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text, encoding="utf-8")
+            written.append(out)
+    return written
+
+
+def _build(folder: Path, out: Path) -> Path:
+    result = build(folder)
+    if result.returncode:
+        raise ToolFailed(f"kubectl kustomize {folder} failed: {result.stderr.strip()}")
+    out.write_text(result.stdout, encoding="utf-8")
+    return out
