@@ -43,3 +43,28 @@ def test_run_without_local_is_refused() -> None:
     done = _gkr("run", "examples/train/tiny.yaml")
     assert done.returncode == 1
     assert "--local" in done.stderr
+
+
+def _repo_with_spec(tmp_path: Path, cmd: str) -> Path:
+    for folder in ("clusters", "platform/catalog", "jobs/demo"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "jobs/demo/tiny.yaml").write_text((ROOT / "examples/train/tiny.yaml").read_text())
+    spec = tmp_path / "jobs/demo/distil.yaml"
+    spec.write_text(f"kind: rayjob\ncluster: local\nowner: a@b.io\nimage: trainer\ncmd: {cmd}\n")
+    return spec
+
+
+def test_job_spec_cmd_gives_the_config_and_overrides(tmp_path: Path) -> None:
+    from generator.cli.run import _training_command
+
+    spec = _repo_with_spec(tmp_path, "python -m runtime.train tiny.yaml run.steps=3")
+    config, overrides = _training_command(spec)
+    assert config == spec.parent / "tiny.yaml"
+    assert overrides == ["run.steps=3"]
+
+
+def test_job_spec_without_runtime_train_is_refused(tmp_path: Path) -> None:
+    spec = _repo_with_spec(tmp_path, "python serve.py")
+    done = _gkr("run", "--local", str(spec))
+    assert done.returncode == 1
+    assert "does not run `python -m runtime.train" in done.stderr
