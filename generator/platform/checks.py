@@ -106,10 +106,12 @@ def check_terraform_fmt(root: Path) -> ToolReport:
     binary = terraform_binary()
     if binary is None:
         return ToolReport(skipped=["terraform fmt -check: no terraform binary on PATH"])
-    result = _run([binary, "fmt", "-check", "-recursive", "-list=true", str(root / "terraform")])
-    files = [line for line in result.stdout.splitlines() if line.strip()]
-    return ToolReport([Problem(Path(f).relative_to(root).as_posix() if Path(f).is_absolute()
-                               else f, None, "", "not formatted: run `terraform fmt`")
+    if not (root / "terraform").is_dir():
+        return ToolReport()
+    # Run from the root so that the files it lists are repository-relative.
+    result = _run([binary, "fmt", "-check", "-recursive", "-list=true", "terraform"], root)
+    files = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    return ToolReport([Problem(f, None, "", "not formatted: run `terraform fmt`")
                        for f in files] if result.returncode else [])
 
 

@@ -1,0 +1,219 @@
+"""The generated platform: a new cluster from one catalog file, Kueue matching the pods,
+job policies, Terraform structure and tools, and the checkov configuration.
+
+Everything runs the real parts (Jinja rendering, jsonschema, `kubectl kustomize`,
+python-hcl2, the terraform binary where installed); no Kubernetes API is involved.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from generator.catalog import Catalog
+from generator.errors import InvalidInput
+from generator.platform.addons import load_addons
+from generator.platform.checks import (
+    check_terraform_fmt,
+    check_terraform_structure,
+    terraform_binary,
+)
+from generator.policies import check_job_policies
+from generator.tree import GENERATED_ROOTS, plan_changes, render_tree
+from generator.validate import check_kustomize, check_schemas
+
+REPO = Path(__file__).resolve().parents[2]
+NEW_CLUSTER = """\
+name: ase1-dev
+project: reve-train-asia
+region: asia-southeast1
+zones: [asia-southeast1-b]
+kube_context: gke_reve-train-asia_asia-southeast1_ase1-dev
+head_pool:
+  name: heads
+  machine_type: n2-standard-16
+  nodes: 1
+  allocatable: {cpus: 14, memory: 50Gi}
+  head_defaults: {cpus: 4, memory: 16Gi}
+accelerators:
+  B200:
+    node_pool: a4-dev
+    nodes: 2
+    zone: asia-southeast1-b
+    reservation: projects/reve-train-asia/reservations/a4-dev
+    compact_placement: true
+    gpu_networks: [rdma-0, rdma-1, rdma-2, rdma-3, rdma-4, rdma-5, rdma-6, rdma-7]
+teams:
+  research: {namespace: team-research, queue: research, group: gkr-research@reve.ai}
+"""
+
+
+def _copy_repo(target: Path) -> Path:
+    for folder in ("clusters", "platform/catalog", "platform/warden", "jobs", "terraform/modules"):
+        if (REPO / folder).is_dir():
+            shutil.copytree(REPO / folder, target / folder)
+    return target
+
+
+@pytest.fixture(scope="module")
+def repo_tree():
+    catalog = Catalog(REPO)
+    return render_tree(REPO, catalog, use_cache=False), catalog
+
+
+def test_committed_platform_tree_is_current(repo_tree) -> None:
+    tree, _ = repo_tree
+    changes = plan_changes(REPO, tree)
+    assert not changes, f"run `gkr render`: {changes}"
+    assert {"platform/argocd", "terraform/clusters"} <= set(GENERATED_ROOTS)
+
+
+def test_new_cluster_from_one_catalog_file(tmp_path: Path) -> None:
+    root = _copy_repo(tmp_path)
+    (root / "clusters/ase1-dev.yaml").write_text(NEW_CLUSTER, encoding="utf-8")
+    catalog = Catalog(root)
+    tree = render_tree(root, catalog, use_cache=False)
+    overlay = "kustomize/overlays/ase1-dev"
+    for path in (f"{overlay}/platform/kueue.yaml", f"{overlay}/platform/namespaces.yaml",
+                 f"{overlay}/platform/rbac.yaml", f"{overlay}/platform/image-precache.yaml",
+                 "platform/argocd/apps/ase1-dev.yaml", "terraform/clusters/ase1-dev/main.tf.json"):
+        assert path in tree.files, path
+    assert "../../components/b200" in tree.files[f"{overlay}/kustomization.yaml"]
+    apps = {d["metadata"]["name"]: d for d in tree.manifests["platform/argocd/apps/ase1-dev.yaml"]}
+    assert apps["ase1-dev-platform"]["spec"]["source"]["path"] == overlay
+    assert apps["ase1-dev-kuberay-operator"]["spec"]["destination"]["name"] == "ase1-dev"
+    module = json.loads(tree.files["terraform/clusters/ase1-dev/main.tf.json"])["module"]["cluster"]
+    assert module["accelerator_pools"]["B200"]["reservation"].endswith("/a4-dev")
+    assert module["roce_zone"] == "asia-southeast1-b"
+    assert set(module["gpu_networks"]) == {f"rdma-{i}" for i in range(8)}
+    kinds = {d["kind"]: d for d in tree.manifests[f"{overlay}/platform/kueue.yaml"]}
+    assert kinds["LocalQueue"]["metadata"]["namespace"] == "team-research"
+    assert check_schemas(tree, catalog) == []
+    assert check_terraform_structure(tree, catalog) == []
+    problems, built = check_kustomize(tree)
+    assert problems == [] and built == 4
+
+
+def test_kueue_flavors_cover_every_rendered_pool(repo_tree) -> None:
+    """Kueue can only admit a pod whose node selector matches one ResourceFlavor."""
+    tree, catalog = repo_tree
+    pool_label = catalog.platform.labels["node_pool"]
+    for job in tree.jobs:
+        kueue = tree.manifests[f"kustomize/overlays/{job.cluster.name}/platform/kueue.yaml"]
+        pools = {d["spec"]["nodeLabels"][pool_label]
+                 for d in kueue if d["kind"] == "ResourceFlavor"}
+        queues = {(d["metadata"]["namespace"], d["metadata"]["name"])
+                  for d in kueue if d["kind"] == "LocalQueue"}
+        assert (job.namespace, job.queue) in queues
+        wanted = job.pool.node_pool if job.pool else job.cluster.head_pool.name
+        assert wanted in pools
+
+
+def _job_tree(repo_tree, mutate):
+    tree, catalog = repo_tree
+    mutated = copy.copy(tree)
+    mutated.manifests = dict(tree.manifests)
+    path = next(p for p in tree.manifests if "/jobs/" in p and "H100" in tree.files[p]
+                and "tcpx-daemon" in tree.files[p])
+    documents = copy.deepcopy(tree.manifests[path])
+    mutate(documents[0])
+    mutated.manifests[path] = documents
+    return check_job_policies(mutated, catalog)
+
+
+def _first_pod(document):
+    from generator.policies import pod_specs
+
+    return next(pod for _, pod in pod_specs(document) if any(
+        "tcpx" in c.get("name", "") for c in pod.get("initContainers", [])))
+
+
+def test_policies_pass_on_committed_jobs(repo_tree) -> None:
+    tree, catalog = repo_tree
+    assert check_job_policies(tree, catalog) == []
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [
+    (lambda d: d["metadata"].update(namespace="kube-system"), "leaves the folder"),
+    (lambda d: _first_pod(d)["containers"][0].setdefault("securityContext", {})
+     .update(privileged=True), "runs privileged"),
+    (lambda d: _first_pod(d).update(hostNetwork=True), "hostNetwork"),
+    (lambda d: _first_pod(d)["volumes"].append({"name": "root", "hostPath": {"path": "/"}}),
+     "host path '/'"),
+    (lambda d: _first_pod(d)["containers"][0].update(image="python:3.11"), "not pinned"),
+    (lambda d: _first_pod(d)["initContainers"][0]["securityContext"]["capabilities"]["add"]
+     .append("SYS_ADMIN"), "SYS_ADMIN"),
+])
+def test_policies_refuse(repo_tree, mutate, expected: str) -> None:
+    problems = _job_tree(repo_tree, mutate)
+    assert problems and any(expected in str(p) for p in problems), problems
+
+
+def test_terraform_root_drift_is_found(repo_tree) -> None:
+    tree, catalog = repo_tree
+    drifted = copy.copy(tree)
+    drifted.files = dict(tree.files)
+    path = "terraform/clusters/usc1-prod/main.tf.json"
+    document = json.loads(tree.files[path])
+    document["module"]["cluster"]["accelerator_pools"]["H200"]["nodes"] = 1
+    document["module"]["cluster"]["typo"] = 1
+    drifted.files[path] = json.dumps(document)
+    messages = {p.field: p.message for p in check_terraform_structure(drifted, catalog)}
+    assert "differs" in messages["module.cluster.accelerator_pools"]
+    assert "not a variable" in messages["module.cluster.typo"]
+
+
+def test_terraform_fmt(tmp_path: Path) -> None:
+    if terraform_binary() is None:
+        report = check_terraform_fmt(tmp_path)
+        assert report.skipped and "no terraform binary" in report.skipped[0]
+        pytest.skip(report.skipped[0])
+    assert check_terraform_fmt(REPO).problems == []
+    (tmp_path / "terraform").mkdir()
+    (tmp_path / "terraform/bad.tf").write_text('variable "x" {\ntype=string\n}\n')
+    problems = check_terraform_fmt(tmp_path).problems
+    assert [p.file for p in problems] == ["terraform/bad.tf"]
+
+
+def test_addon_catalog_errors_name_the_field(tmp_path: Path) -> None:
+    root = _copy_repo(tmp_path)
+    path = root / "platform/catalog/addons.yaml"
+    text = path.read_text().replace("    chart: kuberay-operator\n", "", 1)
+    path.write_text(text.replace("version: 0.19.2", "version: latest", 1))
+    with pytest.raises(InvalidInput) as error:
+        load_addons(root)
+    message = str(error.value)
+    assert "addons.kuberay-operator" in message and "addons.kueue.version" in message
+
+
+def test_every_checkov_skip_has_a_reason() -> None:
+    lines = (REPO / "tools/checkov.yaml").read_text().splitlines()
+    skips = [line for line in lines if re.match(r"^\s+- CKV", line)]
+    assert skips
+    for line in skips:
+        assert re.match(r"^\s+- CKV2?_\w+_\d+\s+#\s*\S.{20,}", line), line
+    for path in (REPO / "terraform").rglob("*.tf"):
+        for line in path.read_text().splitlines():
+            if "checkov:skip=" in line:
+                assert re.search(r"checkov:skip=CKV2?_\w+_\d+:.{20,}", line), line
+
+
+@pytest.mark.slow
+def test_checkov_scan_has_no_failed_checks() -> None:
+    """The real checkov in its own venv (tools/checkov.sh creates it on first use)."""
+    if not (REPO / ".venv-checkov/bin/checkov").exists() and shutil.which("python3") is None:
+        pytest.skip("no python3 to create the checkov venv")
+    result = subprocess.run([str(REPO / "tools/checkov.sh")], cwd=REPO, capture_output=True,
+                            text=True, check=False, timeout=900)
+    if not (REPO / ".venv-checkov/bin/checkov").exists():
+        pytest.skip(f"checkov venv could not be created: {result.stderr[-500:]}")
+    figures = re.findall(r"Passed checks: (\d+), Failed checks: (\d+)", result.stdout)
+    assert len(figures) == 2, result.stdout[-2000:]
+    assert all(int(failed) == 0 for _, failed in figures), result.stdout[-4000:]
+    assert result.returncode == 0
