@@ -67,9 +67,11 @@ class DataConfig(BaseModel):
     start_method: Literal["fork", "forkserver", "spawn"] = Field(
         default="forkserver", description="How stage processes start (multiprocessing)."
     )
-    producer_service: str | None = Field(
-        default=None,
-        description="ZeroMQ endpoint of an auxiliary producer service; None runs them locally.",
+    io_threads: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Reads each producer keeps in flight (threads; for high-latency storage).",
     )
     timeout_s: float = Field(
         default=300.0, gt=0, description="Longest wait for one batch before the loader fails."

@@ -129,20 +129,12 @@ def feeder(links: Links, config: DataConfig, layout: Layout) -> None:
             put(links.work, chunk, links)
 
 
-def make_source(config: DataConfig) -> SampleSource:
-    if config.producer_service is None:
-        return LocalSource(config)
-    from runtime.data.service import RemoteSource
-
-    return RemoteSource(config.producer_service)
-
-
 def producer(links: Links, config: DataConfig) -> None:
     """Fetch and transform work items into chunk slots, addressed to the batch's collator."""
     # Parallelism comes from the producer count; intra-op threads in every producer would
     # oversubscribe the cores (torch's DataLoader workers make the same choice).
     torch.set_num_threads(1)
-    source = make_source(config)
+    source: SampleSource = LocalSource(config)
     ring = SlotRing(*links.chunk_ring)
     collators = len(links.to_collators)
     while True:
