@@ -65,3 +65,17 @@ def augment(sample: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     for _ in range(4):
         image = torch.nn.functional.conv2d(image[None], kernel, padding=1, groups=3)[0]
     return {**sample, "image": image}
+
+
+class SyntheticFeatures:
+    """`length` float feature vectors of size `dim` (key `input`), a pure function of the index."""
+
+    def __init__(self, length: int = 4096, dim: int = 16) -> None:
+        self.length, self.dim = length, dim
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(index)
+        return {"index": torch.tensor(index), "input": torch.randn(self.dim, generator=g)}
