@@ -1,0 +1,206 @@
+"""Every cluster command of `gkr` through the real `kubernetes` client against the Kubernetes
+API test double (tests/cluster/fake_apiserver.py; no API server can run on these machines)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import zipfile
+from pathlib import Path
+
+import git
+import pytest
+from conftest import CONTEXT
+from typer.testing import CliRunner
+
+from generator.catalog import Catalog
+from generator.cli import app
+from generator.cluster import ApiFailed, KubeApi
+from generator.cluster.kubectl import Kubectl, select_pod
+from generator.errors import GkrError
+from generator.tree import render_tree
+from generator.validate import validate_tree
+
+runner = CliRunner()
+NS = "team-llm"
+SUBMIT = ["submit", "train-a", "rayjob", "--cluster", "usc1-prod", "--namespace", NS,
+          "--pods", "2", "--gpus", "8", "--cpus", "80", "--memory", "512Gi",
+          "--accelerators", "H200", "--docker-image", "trainer", "--preemptible",
+          "--cmd", "python -m runtime.train cfg.yaml"]
+
+
+class Outcome:
+    """What `gkr` (whose main() turns GkrError into a message and exit code) would give."""
+
+    def __init__(self, output: str, exit_code: int, error: str = "") -> None:
+        self.output, self.exit_code, self.error = output, exit_code, error
+
+
+def gkr(*args: str) -> Outcome:
+    result = runner.invoke(app, list(args))
+    if isinstance(result.exception, GkrError):
+        return Outcome(result.output, result.exception.exit_code, str(result.exception))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return Outcome(result.output, result.exit_code)
+
+
+def pod(name: str, role: str, job: str = "train-a", phase: str = "Running", node: str = "n1"):
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS,
+                         "labels": {"gkr.dev/job": job, "gkr.dev/role": role}},
+            "spec": {"containers": [{"name": "ray-worker" if role == "worker" else "main"}],
+                     "nodeName": node},
+            "status": {"phase": phase}}
+
+
+def test_submit_applies_with_server_side_apply_and_reapplies(repo, apiserver):
+    first = gkr(*SUBMIT)
+    assert first.exit_code == 0 and "applied RayJob team-llm/train-a" in first.output
+    obj = apiserver.get("ray.io", "rayjobs", NS, "train-a")
+    assert obj["metadata"]["annotations"]["gkr.dev/owner"] == "tester@reve.ai"
+    assert obj["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "gkr-preemptible"
+    method, path, content_type = apiserver.store.requests[0]
+    assert (method, content_type) == ("PATCH", "application/apply-patch+yaml")
+    assert "fieldManager=gkr" in path
+    again = gkr(*SUBMIT, "--pods", "3")
+    assert again.exit_code == 0
+    assert apiserver.get("ray.io", "rayjobs", NS, "train-a")["metadata"]["generation"] == 2
+
+
+def test_bad_flags_name_the_flag_and_apply_conflicts_are_409(repo, apiserver):
+    bad = gkr(*SUBMIT[:-2], "--accelerators", "B200", "--cmd", "x")
+    assert bad.exit_code == 1 and "--accelerator: 'B200' is not offered" in bad.error
+    gkr(*SUBMIT)
+    api = KubeApi.connect(CONTEXT)
+    other = apiserver.get("ray.io", "rayjobs", NS, "train-a")
+    edited = {"apiVersion": "ray.io/v1", "kind": "RayJob",
+              "metadata": {"name": "train-a", "namespace": NS},
+              "spec": {**other["spec"], "entrypoint": "edited by hand"}}
+    api.client.configuration.host = apiserver.url
+    with pytest.raises(ApiFailed, match="conflict") as error:
+        api.request("apply", "PATCH", f"/apis/ray.io/v1/namespaces/{NS}/rayjobs/train-a",
+                    edited, "application/apply-patch+yaml", {"fieldManager": "kubectl"})
+    assert error.value.status == 409 and error.value.reason == "Conflict"
+    assert gkr(*SUBMIT).exit_code == 0  # gkr forces: the spec is the source of truth
+
+
+def test_dry_run_prints_manifests_and_ships_the_working_dir(repo, apiserver, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('hi')\n")
+    (code / "big.ckpt").write_text("x")
+    (code / ".gitignore").write_text("*.ckpt\n")
+    git.Repo.init(code).index.add(["train.py", ".gitignore"])
+    result = gkr(*SUBMIT, "--working-dir", str(code), "--dry-run")
+    assert result.exit_code == 0 and "kind: RayJob" in result.output
+    assert "file://" in result.output and not apiserver.store.requests
+    applied = gkr(*SUBMIT, "--working-dir", str(code))
+    assert applied.exit_code == 0
+    runtime_env = apiserver.get("ray.io", "rayjobs", NS, "train-a")["spec"]["runtimeEnvYAML"]
+    uri = json.loads(runtime_env)["working_dir"]
+    with zipfile.ZipFile(Path(uri.removeprefix("file://"))) as archive:
+        assert archive.namelist() == [".gitignore", "train.py"]
+
+
+def test_gitops_branch_renders_and_validates(repo, apiserver, tmp_path):
+    env = tmp_path / "env.yaml"
+    env.write_text("WANDB_PROJECT: pretrain\n")
+    result = gkr(*SUBMIT, "--env", str(env), "--gitops")
+    assert result.exit_code == 0, result.output
+    handle = git.Repo(repo)
+    assert handle.active_branch.name == "gkr/submit-llm-train-a"
+    changed = handle.head.commit.stats.files
+    assert "jobs/llm/train-a.yaml" in changed and "jobs/llm/env/train-a.yaml" in changed
+    assert "kustomize/overlays/usc1-prod/jobs/team-llm/train-a.yaml" in changed
+    catalog = Catalog(repo)
+    assert validate_tree(render_tree(repo, catalog), catalog, kustomize=True) > 0
+    assert not apiserver.store.requests
+
+
+def test_list_status_logs_and_delete(repo, apiserver):
+    gkr(*SUBMIT)
+    apiserver.put(pod("train-a-head-x", "head"))
+    apiserver.put(pod("train-a-worker-a", "worker", node="gpu-1"))
+    apiserver.put(pod("train-a-worker-b", "worker", phase="Pending", node=""))
+    apiserver.put({"apiVersion": "v1", "kind": "Event",
+                   "metadata": {"name": "e1", "namespace": NS},
+                   "involvedObject": {"name": "train-a-worker-b"}, "type": "Warning",
+                   "reason": "FailedScheduling",
+                   "message": "0/64 nodes are available: 64 Insufficient nvidia.com/gpu."})
+    apiserver.put({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+                   "metadata": {"name": "rayjob-train-a-1", "namespace": NS,
+                                "ownerReferences": [{"name": "train-a", "kind": "RayJob"}]},
+                   "status": {"conditions": [{"type": "Admitted", "status": "True"}]}})
+    listed = json.loads(gkr("list", "--cluster", "usc1-prod", "-o", "json").output)
+    assert [(r["name"], r["namespace"], r["phase"]) for r in listed] == [
+        ("train-a", NS, "New")]
+    status = json.loads(gkr("status", "train-a", "--cluster", "usc1-prod", "-n", NS,
+                            "-o", "json").output)[0]
+    assert status["admission"] == "admitted"
+    assert {p["name"]: p["node"] for p in status["pods"]}["train-a-worker-a"] == "gpu-1"
+    assert "FailedScheduling" in status["pending"][0]
+    table = gkr("status", "train-a", "--cluster", "usc1-prod", "-n", NS)
+    assert "Insufficient nvidia.com/gpu" in table.output
+
+    apiserver.set_log(NS, "train-a-worker-b", "ray-worker", "step 1\n", follow=True)
+    threading.Timer(0.3, lambda: apiserver.append_log(
+        NS, "train-a-worker-b", "ray-worker", "step 2\n", end=True)).start()
+    logs = gkr("logs", "train-a", "--cluster", "usc1-prod", "-n", NS, "--rank", "1", "-f")
+    assert logs.output.splitlines() == ["step 1", "step 2"]
+
+    assert gkr("delete", "train-a", "--cluster", "usc1-prod", "-n", NS).exit_code == 0
+    assert apiserver.get("ray.io", "rayjobs", NS, "train-a") is None
+    missing = gkr("delete", "train-a", "--cluster", "usc1-prod", "-n", NS)
+    assert missing.exit_code == 1
+
+
+def test_raycluster_delete_needs_explicit_request(repo, apiserver):
+    gkr("submit", "-f", "jobs/llm/llm-dev.yaml", "--cluster", "usc1-prod", "--accelerators",
+        "H200")
+    assert apiserver.get("apps", "deployments", NS, "llm-dev-sentinel") is not None
+    refused = gkr("delete", "llm-dev", "--cluster", "usc1-prod", "-n", NS)
+    assert refused.exit_code == 1 and apiserver.get("ray.io", "rayclusters", NS, "llm-dev")
+    done = gkr("delete", "llm-dev", "--cluster", "usc1-prod", "-n", NS, "--raycluster", "--yes")
+    assert done.exit_code == 0
+    assert apiserver.get("ray.io", "rayclusters", NS, "llm-dev") is None
+    assert apiserver.get("apps", "deployments", NS, "llm-dev-sentinel") is None
+
+
+def test_check_runs_a_preflight_job_on_the_node_and_reads_its_result(repo, apiserver):
+    apiserver.put({"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "gpu-7", "labels": {"cloud.google.com/gke-accelerator": "nvidia-h200-141gb"}}})
+    result = {"node": "gpu-7", "passed": False, "figures": {}, "findings": [
+        {"check": "kernel", "severity": "error", "message": "xid-79 GPU has fallen off the bus"}]}
+
+    def controller():  # plays the Job controller and the kubelet
+        for _ in range(100):
+            jobs = [k for k in apiserver.store.objects if k[1] == "jobs"]
+            if jobs:
+                job = apiserver.store.objects[jobs[0]]
+                label = job["metadata"]["labels"]["gkr.dev/job"]
+                apiserver.put(pod("check-pod", "job", job=label, phase="Failed", node="gpu-7"))
+                apiserver.set_log(NS, "check-pod", "main", "starting\n" + json.dumps(result))
+                return
+            threading.Event().wait(0.05)
+
+    threading.Thread(target=controller, daemon=True).start()
+    out = gkr("check", "gpu-7", "--cluster", "usc1-prod", "-n", NS, "--timeout", "30")
+    assert out.exit_code == 5 and "fallen off the bus" in out.output
+    job = next(m for m in apiserver.store.history if m[2] == ("batch", "jobs"))[3]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    expect = json.loads(next(e["value"] for e in container["env"] if e["name"] == "GKR_PREFLIGHT"))
+    assert expect["gpus"] == 8 and expect["transport_env"]
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-7"}
+
+
+def test_kubectl_argv_and_pod_selection():
+    pods = [pod("j-head", "head"), pod("j-worker-b", "worker"), pod("j-worker-a", "worker")]
+    assert select_pod(pods)["metadata"]["name"] == "j-head"
+    assert select_pod(pods, rank=0)["metadata"]["name"] == "j-worker-a"
+    assert select_pod(pods, name="j-worker-b")["metadata"]["name"] == "j-worker-b"
+    kubectl = Kubectl("ctx", NS)
+    argv = kubectl.exec_argv("j-head", ["/bin/bash"], "main", interactive=True)
+    assert argv[1:] == ["--context", "ctx", "--namespace", NS, "exec", "-it", "j-head", "-c",
+                        "main", "--", "/bin/bash"]
+    assert kubectl.port_forward_argv("j-head", ["8265:8265"])[-2:] == ["pod/j-head", "8265:8265"]
+    assert kubectl.cp_argv("a", "j-head:/b")[-2:] == ["a", "j-head:/b"]
