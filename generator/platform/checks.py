@@ -68,24 +68,33 @@ def module_resources(root: Path, module: str = MODULE) -> dict[str, dict[str, An
 def check_terraform_structure(tree: Tree, catalog: Catalog) -> list[Problem]:
     """Each cluster has its root; the root passes exactly the module's variables, and its
     node pools are the catalog's; the module makes one GPU pool per entry."""
-    variables = module_variables(catalog.root)
-    required = {name for name, body in variables.items() if "default" not in body}
+    # A scratch repository without the hand-written module (tests, forks) is checked
+    # against the catalog only.
+    has_module = (catalog.root / MODULE).is_dir()
+    variables = module_variables(catalog.root) if has_module else {}
     ctx = PlatformContext(catalog, load_addons(catalog.root), tree)
-    problems = _module_problems(catalog.root)
+    problems = _module_problems(catalog.root) if has_module else []
     for cluster in catalog.clusters.values():
         path = cluster_root(cluster)
         if path not in tree.files:
             problems.append(Problem(path, None, "", "the cluster has no Terraform root"))
             continue
         module = json.loads(tree.files[path])["module"]["cluster"]
-        passed = set(module) - {"source"}
-        problems += [Problem(path, None, f"module.cluster.{name}", message) for name, message in
-                     [(n, "not a variable of the module") for n in sorted(passed - set(variables))]
-                     + [(n, "required by the module") for n in sorted(required - passed)]]
+        if has_module:
+            problems += _variable_problems(path, set(module) - {"source"}, variables)
         if module.get("accelerator_pools") != accelerator_pools(ctx, cluster):
             problems.append(Problem(path, None, "module.cluster.accelerator_pools",
                                     f"differs from clusters/{cluster.name}.yaml"))
     return problems
+
+
+def _variable_problems(
+    path: str, passed: set[str], variables: dict[str, dict[str, Any]]
+) -> list[Problem]:
+    required = {name for name, body in variables.items() if "default" not in body}
+    found = [(n, "not a variable of the module") for n in sorted(passed - set(variables))]
+    found += [(n, "required by the module") for n in sorted(required - passed)]
+    return [Problem(path, None, f"module.cluster.{name}", message) for name, message in found]
 
 
 def _module_problems(root: Path) -> list[Problem]:
