@@ -59,6 +59,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     """Ray Train entry point of every rank."""
     context: LoopContext = loop_config["context"]
     config = context.config
+    logging.getLogger("runtime").setLevel(config.logging.level)
     train_context = ray.train.get_context()
     rank = train_context.get_world_rank()
     if config.layout.numa_affinity:
@@ -94,7 +95,7 @@ def _log_progress(context: LoopContext, rank: int, step: int, loss: torch.Tensor
     mean = _mean_across_ranks(loss)  # every rank joins the collective
     ray.train.report({"step": step, "loss": mean})
     if rank == 0:
-        print(f"step {step}/{run.steps} loss {mean:.5f}", flush=True)
+        log.info("step %d/%d loss %.5f", step, run.steps, mean)
         recorded = ray.get_actor(progress_name(context.run_id)).record.remote(step, mean)
         if step == run.steps:
             ray.get(recorded)  # the driver reads the history as soon as fit returns
@@ -103,7 +104,7 @@ def _log_progress(context: LoopContext, rank: int, step: int, loss: torch.Tensor
 def _reporter(context: LoopContext, rank: int) -> FleetReporter | None:
     if rank != 0 or not context.services:
         return None
-    sinks = [LogSink(echo=True) for name in context.config.logging.sinks if name == "log"]
+    sinks = [LogSink() for name in context.config.logging.sinks if name == "log"]
     monitor = ray.get_actor(monitor_name(context.run_id))
     return FleetReporter(monitor, sinks, context.config.logging.fleet_every_steps)
 
@@ -115,6 +116,7 @@ def _step_hooks(context: LoopContext, rank: int) -> list[StepHook]:
 
 
 def _final_report(context: LoopContext, rank: int) -> None:
-    reporter = _reporter(context, rank)
-    if reporter is not None:
-        reporter.report(context.config.run.steps)
+    """A last summary, unless the periodic report has just covered the final step."""
+    reporter, steps = _reporter(context, rank), context.config.run.steps
+    if reporter is not None and not (reporter.every and steps % reporter.every == 0):
+        reporter.report(steps)
