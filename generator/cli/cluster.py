@@ -19,9 +19,18 @@ from generator.cluster import manifests as render_manifests
 from generator.cluster.gitops import submit_gitops
 from generator.cluster.kinds import DEPLOYMENT, TOP_LEVEL
 from generator.cluster.kubectl import SERVICES, Kubectl, main_container, select_pod
-from generator.cluster.preflight import accelerator_of_node, check_job, run_on_node
+from generator.cluster.preflight import (
+    accelerator_of_node,
+    check_job,
+    exec_preflight,
+    expectations,
+    expected_pods,
+    run_on_node,
+    wait_running,
+)
 from generator.errors import CheckFailed, GkrError
 from generator.repo import find_root
+from generator.resolve import ResolvedJob
 from generator.spec import Kind
 
 
@@ -90,6 +99,12 @@ def submit(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the manifests only.")] = False,
     gitops: Annotated[bool, typer.Option("--gitops", help="Commit the spec on a new branch."
                                          )] = False,
+    preflight: Annotated[bool, typer.Option(help="Wait for the pods and run the preflight."
+                                            )] = True,
+    teardown: Annotated[bool | None, typer.Option(
+        "--yes/--no", help="On a failed preflight, tear down without asking (--yes) or keep (--no)."
+    )] = None,
+    timeout: Annotated[int, typer.Option(help="Seconds to wait for the pods.")] = 1800,
 ) -> None:
     """Submit a rayjob, raycluster or job (flags override -f values), by server-side apply."""
     values = {"name": name, "kind": kind, "cluster": cluster, "namespace": namespace,
@@ -114,6 +129,30 @@ def submit(
             meta = obj["metadata"]
             out_console.print(f"applied {obj['kind']} {meta['namespace']}/{meta['name']} "
                               f"(resourceVersion {meta['resourceVersion']})")
+        if preflight:
+            _preflight_after_submit(api, job, timeout, teardown)
+
+
+def _preflight_after_submit(api: KubeApi, job: ResolvedJob, timeout: int,
+                            teardown: bool | None) -> None:
+    """Seed §2.4: check the placed pods; on a fault offer to tear the job down."""
+    pods = wait_running(api, job.namespace, job.name, expected_pods(job), timeout,
+                        lambda line: err_console.print(line))
+    kubectl = Kubectl(job.cluster.kube_context, job.namespace)
+    expect = expectations(job.accelerator)
+    results = [exec_preflight(kubectl, pod, expect) for pod in pods
+               if (pod["metadata"].get("labels") or {}).get("gkr.dev/role") in ("worker", "job")]
+    try:
+        _report(results, Output.table)
+    except CheckFailed:
+        if teardown is None:
+            teardown = typer.confirm(f"tear down {job.kind} {job.namespace}/{job.name}?")
+        if teardown:
+            api.delete(TOP_LEVEL[job.kind], job.namespace, job.name)
+            if job.kind == "raycluster":
+                api.delete(DEPLOYMENT, job.namespace, f"{job.name}-sentinel")
+            out_console.print(f"deleted {job.kind} {job.namespace}/{job.name}")
+        raise
 
 
 @app.command("list")

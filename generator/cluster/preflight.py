@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,9 @@ from typing import Any
 from generator.catalog import Accelerator, Catalog
 from generator.cluster.api import KubeApi, Obj
 from generator.cluster.kinds import JOB, POD
+from generator.cluster.kubectl import Kubectl, main_container
 from generator.errors import GkrError
+from generator.resolve import ResolvedJob
 
 ENV_VAR = "GKR_PREFLIGHT"  # read by runtime.preflight in the pod
 SHM = {"path": "/dev/shm", "filesystem": "tmpfs"}  # emptyDir medium Memory is a tmpfs
@@ -120,4 +123,39 @@ def run_on_node(api: KubeApi, job: Obj, timeout_s: int,
             {"check": "preflight", "severity": "error",
              "message": f"no result in the log of {pod['metadata']['name']}"}]}
     api.delete(JOB, job["metadata"]["namespace"], job["metadata"]["name"])
+    return result
+
+
+def wait_running(api: KubeApi, namespace: str, job: str, expected: int, timeout_s: int,
+                 progress: Callable[[str], None]) -> list[Obj]:
+    """The job's pods once `expected` of them run; progress lines while the cluster places them."""
+    deadline, selector = time.monotonic() + timeout_s, f"gkr.dev/job={job}"
+    while time.monotonic() < deadline:
+        pods = api.pods(namespace, selector)
+        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        if len(running) >= expected:
+            return running
+        progress(f"{job}: {len(running)}/{expected} pods running")
+        for _ in api.watch(POD, namespace, selector, timeout_s=5):
+            break
+    raise GkrError(f"{job}: pods not running after {timeout_s} s; see `gkr status {job}`")
+
+
+def expected_pods(job: ResolvedJob) -> int:
+    """Pods a placed job runs: its GPU pods, plus the Ray head (and sentinel) of Ray kinds."""
+    return job.spec.pods + {"rayjob": 1, "raycluster": 2, "job": 0}[job.kind]
+
+
+def exec_preflight(kubectl: Kubectl, pod: Obj, expect: dict[str, Any]) -> dict[str, Any]:
+    """Run the suite inside a placed pod (kubectl exec) and read its JSON result."""
+    name = pod["metadata"]["name"]
+    command = ["env", f"{ENV_VAR}={json.dumps(expect | {'node': pod['spec'].get('nodeName')})}",
+               "python", "-m", "runtime.preflight"]
+    argv = kubectl.exec_argv(name, command, main_container(pod))
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    result = parse_result(done.stdout.splitlines())
+    if result is None:
+        return {"node": pod["spec"].get("nodeName") or name, "passed": False, "figures": {},
+                "findings": [{"check": "preflight", "severity": "error",
+                              "message": f"no result from {name}: {done.stderr.strip()[-200:]}"}]}
     return result

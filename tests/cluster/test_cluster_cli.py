@@ -26,7 +26,7 @@ NS = "team-llm"
 SUBMIT = ["submit", "train-a", "rayjob", "--cluster", "usc1-prod", "--namespace", NS,
           "--pods", "2", "--gpus", "8", "--cpus", "80", "--memory", "512Gi",
           "--accelerators", "H200", "--docker-image", "trainer", "--preemptible",
-          "--cmd", "python -m runtime.train cfg.yaml"]
+          "--cmd", "python -m runtime.train cfg.yaml", "--no-preflight"]
 
 
 class Outcome:
@@ -68,7 +68,7 @@ def test_submit_applies_with_server_side_apply_and_reapplies(repo, apiserver):
 
 
 def test_bad_flags_name_the_flag_and_apply_conflicts_are_409(repo, apiserver):
-    bad = gkr(*SUBMIT[:-2], "--accelerators", "B200", "--cmd", "x")
+    bad = gkr(*SUBMIT, "--accelerators", "B200")
     assert bad.exit_code == 1 and "--accelerator: 'B200' is not offered" in bad.error
     gkr(*SUBMIT)
     api = KubeApi.connect(CONTEXT)
@@ -156,7 +156,7 @@ def test_list_status_logs_and_delete(repo, apiserver):
 
 def test_raycluster_delete_needs_explicit_request(repo, apiserver):
     gkr("submit", "-f", "jobs/llm/llm-dev.yaml", "--cluster", "usc1-prod", "--accelerators",
-        "H200")
+        "H200", "--no-preflight")
     assert apiserver.get("apps", "deployments", NS, "llm-dev-sentinel") is not None
     refused = gkr("delete", "llm-dev", "--cluster", "usc1-prod", "-n", NS)
     assert refused.exit_code == 1 and apiserver.get("ray.io", "rayclusters", NS, "llm-dev")
@@ -204,3 +204,24 @@ def test_kubectl_argv_and_pod_selection():
                         "main", "--", "/bin/bash"]
     assert kubectl.port_forward_argv("j-head", ["8265:8265"])[-2:] == ["pod/j-head", "8265:8265"]
     assert kubectl.cp_argv("a", "j-head:/b")[-2:] == ["a", "j-head:/b"]
+
+
+def test_submit_waits_for_the_placed_pods(repo, apiserver):
+    """The wait of `gkr submit --preflight` (the exec that follows needs a real cluster)."""
+    from generator.cluster.preflight import wait_running
+
+    gkr(*SUBMIT)
+    api = KubeApi.connect(CONTEXT)
+    seen: list[str] = []
+
+    def kubelet():
+        for name, role in (("train-a-head", "head"), ("train-a-w0", "worker"),
+                           ("train-a-w1", "worker")):
+            threading.Event().wait(0.2)
+            apiserver.put(pod(name, role))
+
+    threading.Thread(target=kubelet, daemon=True).start()
+    running = wait_running(api, NS, "train-a", 3, 60, seen.append)
+    assert sorted(p["metadata"]["name"] for p in running) == [
+        "train-a-head", "train-a-w0", "train-a-w1"]
+    assert seen and seen[0].startswith("train-a: ")
