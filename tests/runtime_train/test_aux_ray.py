@@ -4,7 +4,7 @@ killed mid-stream."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pytest
 import ray
@@ -13,7 +13,7 @@ from runtime.aux.client import AuxClient
 from runtime.aux.config import AuxConfig, ServiceConfig
 from runtime.aux.coordinator import AuxCoordinator
 from runtime.aux.errors import AuxStartupError
-from runtime.fleet import start_monitor
+from runtime.fleet import FleetReporter, ServiceSummary, WorkerSample, start_monitor
 from runtime.planner import NodeCapacity, PlanInput, ServiceDemand, WorkerRequest, plan_capacity
 
 pytestmark = pytest.mark.slow
@@ -75,3 +75,28 @@ def test_failing_startup_check_names_the_service(local_ray: None) -> None:
             coordinator.start()
     finally:
         coordinator.shutdown()
+
+
+class ListSink:
+    """A FleetSink that keeps what it was given."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, str, int]] = []
+
+    def emit(self, step: int, summaries: Mapping[str, ServiceSummary]) -> None:
+        self.rows += [(step, name, s.workers_known) for name, s in summaries.items()]
+
+
+def test_reporter_sends_monitor_summaries_to_sinks_every_n_steps(local_ray: None) -> None:
+    monitor = start_monitor("reportertest", stale_after_s=30)
+    try:
+        sample = WorkerSample("enc", "enc-0", "a", served=3, errors=0, pending=0,
+                              queue_wait_s=[0.001], process_s=[0.002])
+        ray.get(monitor.record_worker.remote(sample))
+        sink = ListSink()
+        reporter = FleetReporter(monitor, [sink], every=5)
+        for step in range(1, 11):
+            reporter.after_step(step)
+        assert sink.rows == [(5, "enc", 1), (10, "enc", 1)]
+    finally:
+        ray.kill(monitor)

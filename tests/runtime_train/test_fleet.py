@@ -1,19 +1,11 @@
-"""FleetMonitor aggregation and the reporter's sinks (pure; the Ray actor is exercised in
-test_aux_ray.py and test_run_local.py)."""
+"""FleetMonitor aggregation (pure); the Ray actor and the reporter are exercised in
+test_aux_ray.py and test_run_local.py."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pytest
 
-from runtime.fleet import (
-    FleetReporter,
-    FleetState,
-    ProxySample,
-    ServiceSummary,
-    WorkerSample,
-)
+from runtime.fleet import FleetState, ProxySample, WorkerSample
 
 
 def _sample(worker: str, incarnation: str, served: int, waits: list[float]) -> WorkerSample:
@@ -43,42 +35,3 @@ def test_old_samples_leave_the_window() -> None:
     state.record_worker(_sample("w0", "a", 5, [0.001] * 5), now=20.0)
     summary = state.summaries(now=21.0)["enc"]
     assert summary.queue_wait_ms_p99 == pytest.approx(1.0)
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.rows: list[tuple[int, str]] = []
-
-    def emit(self, step: int, summaries: Mapping[str, ServiceSummary]) -> None:
-        self.rows += [(step, name) for name in summaries]
-
-
-class LocalMonitor:
-    """The reporter calls `monitor.summaries.remote()` and `ray.get`s it; this stands in for
-    the actor handle with a real FleetState and a real (local-mode free) ObjectRef."""
-
-    def __init__(self, state: FleetState) -> None:
-        self.summaries = self
-        self.state = state
-
-    def remote(self) -> object:
-        import ray
-
-        return ray.put(self.state.summaries())
-
-
-@pytest.mark.slow
-def test_reporter_emits_every_n_steps() -> None:
-    import ray
-
-    ray.init(num_cpus=1, include_dashboard=False, logging_level="WARNING")
-    try:
-        state = FleetState()
-        state.record_worker(_sample("w0", "a", 1, [0.001]))
-        sink = ListSink()
-        reporter = FleetReporter(LocalMonitor(state), [sink], every=5)
-        for step in range(1, 11):
-            reporter.after_step(step)
-        assert sink.rows == [(5, "enc"), (10, "enc")]
-    finally:
-        ray.shutdown()
