@@ -17,7 +17,7 @@ class GkrError(Exception):
     exit_code = 1
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Problem:
     """One mistake in one input, located as precisely as the input allows."""
 
@@ -25,6 +25,9 @@ class Problem:
     line: int | None
     field: str
     message: str
+
+    def sort_key(self) -> tuple[str, int, str, str]:
+        return (self.file, self.line or 0, self.field, self.message)
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
@@ -38,7 +41,7 @@ class InvalidInput(GkrError):
     exit_code = 1
 
     def __init__(self, problems: list[Problem]) -> None:
-        self.problems = sorted(set(problems))
+        self.problems = sorted(set(problems), key=Problem.sort_key)
         super().__init__("\n".join(str(p) for p in self.problems))
 
 

@@ -79,5 +79,5 @@ def validate_tree(tree: Tree, catalog: Catalog, kustomize: bool = True) -> int:
         found, built = check_kustomize(tree)
         problems += found
     if problems:
-        raise CheckFailed("\n".join(str(p) for p in sorted(set(problems))))
+        raise CheckFailed("\n".join(str(p) for p in sorted(set(problems), key=Problem.sort_key)))
     return built

@@ -9,7 +9,7 @@ import typer
 
 from generator.catalog import Catalog
 from generator.cli._app import app, err_console, out_console
-from generator.errors import CheckFailed
+from generator.errors import CheckFailed, Problem
 from generator.platform.checks import (
     check_terraform_fmt,
     check_terraform_structure,
@@ -38,7 +38,7 @@ def check(root: RootOption = None) -> None:
     for reason in fmt.skipped + validate.skipped:
         err_console.print(f"skipped: {reason}")
     if problems:
-        raise CheckFailed("\n".join(str(p) for p in sorted(set(problems))))
+        raise CheckFailed("\n".join(str(p) for p in sorted(set(problems), key=Problem.sort_key)))
     out_console.print(f"terraform: {len(catalog.clusters)} cluster roots match the catalog; "
                       f"fmt {'skipped' if fmt.skipped else 'clean'}; validate "
                       f"{'skipped' if validate.skipped else 'clean'}")
