@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from generator.errors import InvalidInput, Problem
 from generator.problems import problems_from_validation
-from generator.units import CpuCount, Quantity
+from generator.units import CpuCount, Quantity, quantity_value
 from generator.yamlio import FieldPath, LineMap, line_of, load_document
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
@@ -69,6 +69,15 @@ class Accelerator(_Model):
     """Static pod annotations (device lists of sidecars)."""
     sidecars: list[dict[str, Any]]
     """Native sidecars (init containers with restartPolicy Always), e.g. the TCPXO daemon."""
+
+    @property
+    def pod_allocatable(self) -> Resources:
+        """What the training container may ask: allocatable minus the sidecars' requests."""
+        requests = [s.get("resources", {}).get("requests", {}) for s in self.sidecars]
+        cpus = sum(float(quantity_value(str(r.get("cpu", 0)))) for r in requests)
+        memory = sum(quantity_value(str(r.get("memory", 0))) for r in requests)
+        free = quantity_value(self.allocatable.memory) - memory
+        return Resources(cpus=self.allocatable.cpus - cpus, memory=f"{int(free / 2**30)}Gi")
 
 
 class HeadPool(_Model):

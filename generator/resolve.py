@@ -124,9 +124,9 @@ def _pod_size(
         default_cpus = cluster.head_pool.head_defaults.cpus
         default_memory = cluster.head_pool.head_defaults.memory
     else:
-        share = Decimal(gpus) / accel.gpus_per_node
-        default_cpus = math.floor(accel.allocatable.cpus * float(share))
-        gib = quantity_value(accel.allocatable.memory) * share / GIB
+        share, usable = Decimal(gpus) / accel.gpus_per_node, accel.pod_allocatable
+        default_cpus = math.floor(usable.cpus * float(share))
+        gib = quantity_value(usable.memory) * share / GIB
         default_memory = f"{math.floor(gib)}Gi"
     return format_cpus(spec.cpus or default_cpus), spec.memory or default_memory
 

@@ -107,7 +107,7 @@ def check_gpus(ctx: Context) -> Iterator[Finding]:
 def check_pod_size(ctx: Context) -> Iterator[Finding]:
     spec, accel, cluster = ctx.spec, ctx.accelerator, ctx.cluster
     if accel is not None:
-        limit, where = accel.allocatable, f"an {spec.accelerator} node ({accel.machine_type})"
+        limit, where = accel.pod_allocatable, f"an {spec.accelerator} node ({accel.machine_type})"
     elif cluster is not None and spec.accelerator is None:
         pool = cluster.head_pool
         limit, where = pool.allocatable, f"a CPU node ({pool.machine_type})"

@@ -138,7 +138,8 @@ class RecoveryConfig(_Strict):
         description="Namespaces whose pods are not user work.",
     )
     preemptible_priority_classes: list[str] = Field(
-        ["preemptible"], description="Priority classes of pods Warden may drain."
+        ["gkr-preemptible"],
+        description="Priority classes of pods Warden may drain (platform/catalog/gke.yaml).",
     )
     drain_grace_s: float = Field(600.0, ge=0, description="Wait after notifying, before draining.")
     drain_timeout_s: float = Field(1800.0, gt=0, description="Wait for drained pods to leave.")
