@@ -18,7 +18,7 @@ from typing import Any
 import zmq
 
 from runtime.aux.errors import AuxBusy, AuxError, AuxTimeout, RemoteError, WorkerLost
-from runtime.aux.wire import Status, decode_body, decode_header, encode
+from runtime.aux.wire import Status, decode_body, decode_header, drain, encode
 
 BUSY_BACKOFF_S = 0.005
 
@@ -115,11 +115,7 @@ class AuxClient:
 
     def _receive(self, timeout_s: float) -> None:
         for sock, _ in self._poller.poll(max(1, int(timeout_s * 1000))):
-            while True:
-                try:
-                    head, *frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
+            for head, *frames in drain(sock):
                 header = decode_header(head)
                 if header["id"] in self._abandoned:
                     self._abandoned.discard(header["id"])

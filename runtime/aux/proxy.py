@@ -21,7 +21,7 @@ from typing import Any
 import zmq
 
 from runtime.aux.config import OnWorkerLoss
-from runtime.aux.wire import CONTROL, Status, decode_header, encode
+from runtime.aux.wire import CONTROL, Status, decode_header, drain, encode
 from runtime.fleet import ProxySample
 
 MAX_ATTEMPTS = 3  # a request that killed three workers is failed rather than retried again
@@ -88,20 +88,12 @@ class ProxyCore:
             self.backend.close()
 
     def _from_clients(self) -> None:
-        while True:
-            try:
-                client, head, *rest = self.frontend.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
+        for client, head, *rest in drain(self.frontend):
             header = decode_header(head)
             self._dispatch(_Flight(client, header["id"], [head, *rest], header.get("deadline")))
 
     def _from_workers(self) -> None:
-        while True:
-            try:
-                worker, client, *rest = self.backend.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
+        for worker, client, *rest in drain(self.backend):
             if client.bytes == CONTROL:
                 self._control(worker.bytes, json.loads(rest[0].bytes))
                 continue

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
+import zmq
 
-__all__ = ["CONTROL", "Status", "decode", "decode_body", "decode_header", "encode"]
+__all__ = ["CONTROL", "Status", "decode", "decode_body", "decode_header", "drain", "encode"]
 
 # Frame 0 of a worker-to-proxy message is the client identity; empty marks a control message.
 CONTROL = b""
@@ -28,6 +29,16 @@ class Status:
     BUSY = "busy"  # the rank's queue was full; the client may retry
     LOST = "lost"  # the worker died with the request in flight
     EXPIRED = "expired"  # the deadline passed before the request was served
+
+
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum arithmetic is slow
+
+
+def drain(sock: zmq.Socket) -> Iterator[list[Any]]:
+    """Every message waiting on `sock`, without blocking; asks the socket's event state
+    instead of provoking a zmq.Again exception after the last message."""
+    while sock.getsockopt(_EVENTS) & _POLLIN:
+        yield sock.recv_multipart(copy=False)
 
 
 def _as_array(value: Any) -> tuple[np.ndarray, bool] | None:

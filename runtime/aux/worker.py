@@ -20,7 +20,7 @@ import zmq
 
 from runtime.aux.fairqueue import FairQueues
 from runtime.aux.services import AuxService
-from runtime.aux.wire import CONTROL, Status, decode_body, decode_header, encode
+from runtime.aux.wire import CONTROL, Status, decode_body, decode_header, drain, encode
 from runtime.fleet import WorkerSample
 
 SAMPLE_CAP = 4096  # per report: enough for percentiles, bounded for the monitor
@@ -83,11 +83,7 @@ class WorkerCore:
 
     def _intake(self, sock: zmq.Socket) -> None:
         """Move everything that arrived into the per-rank queues; refuse what does not fit."""
-        while True:
-            try:
-                client, head, *frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
+        for client, head, *frames in drain(sock):
             header = decode_header(head)
             request = _Request(client, header, frames, time.time())
             if not self.queues.offer(int(header.get("rank", 0)), request):
