@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test lint check security
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -16,11 +16,20 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(BIN)/gkr render
-	$(BIN)/gkr validate
+	$(BIN)/gkr run --local
 
 lint: setup
 	$(BIN)/ruff check .
 
-test: lint
+# What CI gates on besides the tests: the committed tree is rendered and valid.
+check: setup
+	$(BIN)/gkr render --check
+	$(BIN)/gkr validate
+	$(BIN)/gkr platform check
+
+# checkov runs in its own venv (.venv-checkov): its pins conflict with ray and kubernetes.
+security: setup
+	tools/checkov.sh
+
+test: lint check security
 	$(BIN)/pytest

@@ -149,7 +149,7 @@ def test_repeated_cordons_escalate_to_cloud_repair(loop, temporal, doubles, ward
 def test_drain_notifies_waits_then_evicts_only_preemptible_jobs(loop, temporal, doubles, warden):
     kube, _, gcp = doubles
     kube.add_node("gpu-drain")
-    kube.add_pod("team-b", "sweep-7", "gpu-drain", owner="Job", priority="preemptible")
+    kube.add_pod("team-b", "sweep-7", "gpu-drain", owner="Job", priority="gkr-preemptible")
     kube.add_pod("kube-system", "nvidia-driver", "gpu-drain", owner="DaemonSet")
     kube.add_node("gpu-busy")
     kube.add_pod("team-a", "ray-worker-3", "gpu-busy", owner="RayCluster")
