@@ -1,5 +1,5 @@
-"""The training driver (seed §5.1-§5.4): plan capacity, start the auxiliary services and the
-FleetMonitor, run the training workers through Ray Train, clean up.
+"""The training driver (seed §5.1-§5.4): plan capacity, start the FleetMonitor, run the
+training workers through Ray Train (rank 0 starts the auxiliary services), report, clean up.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import ray
 from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
-from runtime.aux.coordinator import AuxCoordinator
 from runtime.errors import ConfigError, RuntimeFailure
 from runtime.fleet import FleetReporter, LogSink, ServiceSummary, start_monitor
 from runtime.planner import (
@@ -97,14 +96,9 @@ def run_training(config: TrainConfig, echo: Printer = print) -> TrainResult:
         echo(f"capacity plan for run {run_id}:\n{plan.explain()}")
         monitor = start_monitor(run_id, stale_after_s=3 * config.aux.report_interval_s + 2)
         progress = start_progress(run_id)
-        coordinator = AuxCoordinator(run_id, config.aux, plan)
-        try:
-            services = coordinator.start()
-            _fit(config, plan, LoopContext(config, services, run_id))
-            fleet = FleetReporter(monitor, [LogSink()], 0).report(config.run.steps)
-            losses = ray.get(progress.history.remote())
-        finally:
-            coordinator.shutdown()
+        _fit(config, plan, LoopContext(config, plan, run_id))
+        fleet = FleetReporter(monitor, [LogSink()], 0).report(config.run.steps)
+        losses = ray.get(progress.history.remote())
     return TrainResult(run_id, plan, losses, fleet)
 
 

@@ -1,8 +1,9 @@
 """The loop every training rank runs under Ray Train: one worker per GPU (or CPU rank).
 
-Each rank draws its batches, asks the target service (over ZeroMQ) for the teacher's
-outputs, and takes a DDP step. After each step the hooks run: the FleetMonitor reporter on
-rank 0 now, checkpointing when it is wired in.
+Rank 0 first runs the auxiliary-worker coordinator (seed §5.4) and shares the services'
+handles with every rank. Each rank then draws its batches, asks the target service (over
+ZeroMQ) for the teacher's outputs, and takes a DDP step. After each step the hooks run: the
+FleetMonitor reporter on rank 0 now, checkpointing when it is wired in.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import torch
 import torch.distributed as dist
 
 from runtime.aux.client import AuxClient, ServiceHandle
+from runtime.aux.coordinator import AuxCoordinator
 from runtime.aux.services import EncoderService
 from runtime.fleet import FleetReporter, LogSink, monitor_name
+from runtime.planner import CapacityPlan
 from runtime.train.batches import build_batches
 from runtime.train.config import TrainConfig
 from runtime.train.model import build_model
@@ -36,17 +39,20 @@ class LoopContext:
     """What the driver gives every rank."""
 
     config: TrainConfig
-    services: dict[str, ServiceHandle]
+    plan: CapacityPlan
     run_id: str
+
+
+Services = dict[str, ServiceHandle]
 
 
 class _Targets:
     """Teacher outputs: from the configured auxiliary service, or a local teacher."""
 
-    def __init__(self, context: LoopContext, rank: int) -> None:
+    def __init__(self, context: LoopContext, services: Services, rank: int) -> None:
         model = context.config.model
         name = model.target_service
-        self.client = AuxClient(context.services[name], rank) if name else None
+        self.client = AuxClient(services[name], rank) if name else None
         self.local = EncoderService(model.input_dim, model.output_dim, seed=context.config.run.seed)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -65,11 +71,35 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     if config.layout.numa_affinity:
         pinned = pin_to_numa_node(train_context.get_local_rank())
         log.info("rank %d NUMA affinity: %s", rank, pinned or "single node, unchanged")
+    coordinator, services = _start_services(context, rank)
+    try:
+        _train(context, services, rank)
+    finally:
+        if coordinator is not None:
+            coordinator.shutdown()
+
+
+def _start_services(context: LoopContext, rank: int) -> tuple[AuxCoordinator | None, Services]:
+    """Rank 0 places and starts the auxiliary services; every rank receives their handles."""
+    coordinator, shared = None, [None]
+    if rank == 0:
+        coordinator = AuxCoordinator(context.run_id, context.config.aux, context.plan)
+        try:
+            shared[0] = coordinator.start()
+        except BaseException:
+            coordinator.shutdown()
+            raise
+    dist.broadcast_object_list(shared, src=0)
+    return coordinator, shared[0] or {}
+
+
+def _train(context: LoopContext, services: Services, rank: int) -> None:
+    config = context.config
     torch.manual_seed(config.run.seed)
     model = ray.train.torch.prepare_model(build_model(config.model))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.model.lr)
-    targets, batches = _Targets(context, rank), build_batches(config, rank)
-    hooks = _step_hooks(context, rank)
+    targets, batches = _Targets(context, services, rank), build_batches(config, rank)
+    hooks = _step_hooks(context, services, rank)
     for step in range(1, config.run.steps + 1):
         x = next(batches)
         loss = torch.nn.functional.mse_loss(model(x), targets(x))
@@ -79,7 +109,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         _log_progress(context, rank, step, loss.detach())
         for hook in hooks:
             hook(step)
-    _final_report(context, rank)
+    _final_report(context, services, rank)
 
 
 def _mean_across_ranks(value: torch.Tensor) -> float:
@@ -101,22 +131,22 @@ def _log_progress(context: LoopContext, rank: int, step: int, loss: torch.Tensor
             ray.get(recorded)  # the driver reads the history as soon as fit returns
 
 
-def _reporter(context: LoopContext, rank: int) -> FleetReporter | None:
-    if rank != 0 or not context.services:
+def _reporter(context: LoopContext, services: Services, rank: int) -> FleetReporter | None:
+    if rank != 0 or not services:
         return None
     sinks = [LogSink() for name in context.config.logging.sinks if name == "log"]
     monitor = ray.get_actor(monitor_name(context.run_id))
     return FleetReporter(monitor, sinks, context.config.logging.fleet_every_steps)
 
 
-def _step_hooks(context: LoopContext, rank: int) -> list[StepHook]:
+def _step_hooks(context: LoopContext, services: Services, rank: int) -> list[StepHook]:
     """What runs after each optimizer step (checkpointing plugs in here)."""
-    reporter = _reporter(context, rank)
+    reporter = _reporter(context, services, rank)
     return [reporter.after_step] if reporter else []
 
 
-def _final_report(context: LoopContext, rank: int) -> None:
+def _final_report(context: LoopContext, services: Services, rank: int) -> None:
     """A last summary, unless the periodic report has just covered the final step."""
-    reporter, steps = _reporter(context, rank), context.config.run.steps
+    reporter, steps = _reporter(context, services, rank), context.config.run.steps
     if reporter is not None and not (reporter.every and steps % reporter.every == 0):
         reporter.report(steps)
