@@ -65,3 +65,11 @@ def test_numa_topology_parsing(tmp_path: Path) -> None:
         (tmp_path / node).mkdir()
         (tmp_path / node / "cpulist").write_text(cpus + "\n")
     assert numa_nodes(tmp_path) == [[0, 1], [2, 3]]
+
+
+def test_module_entry_point_usage_and_config_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    from runtime.train.__main__ import main
+
+    assert main([]) == 2
+    assert main([str(TINY), "run.steps=0"]) == 1
+    assert "run.steps" in capsys.readouterr().err
