@@ -233,11 +233,36 @@ def _kubectl_target(name: str, cluster: str, namespace: str | None, role: str | 
 
 
 @app.command()
-def shell(name: str, cluster: ClusterOption, namespace: NamespaceOption = None,
-          rank: Annotated[int | None, typer.Option(help="Worker rank.")] = None,
-          command: Annotated[str, typer.Option(help="Shell to start.")] = "/bin/bash") -> None:
-    """Open a shell in a job's pod (development pods: `gkr submit NAME job --cmd 'sleep inf'`)."""
-    kubectl, pod = _kubectl_target(name, cluster, namespace, rank=rank)
+def shell(
+    name: str, cluster: ClusterOption, namespace: NamespaceOption = None,
+    rank: Annotated[int | None, typer.Option(help="Worker rank.")] = None,
+    command: Annotated[str, typer.Option(help="Shell to start.")] = "/bin/bash",
+    accelerators: Annotated[str | None, typer.Option(
+        help="For a new development pod: accelerator type (none: a CPU pod).")] = None,
+    gpus: Annotated[int | None, typer.Option(help="For a new development pod: GPUs.")] = None,
+    docker_image: Annotated[str, typer.Option(help="For a new development pod: image."
+                                              )] = "devbox",
+    deadline: Annotated[str, typer.Option(help="For a new development pod: lifetime.")] = "8h",
+    timeout: Annotated[int, typer.Option(help="Seconds to wait for a new pod.")] = 900,
+) -> None:
+    """Open a shell in a job's pod; without such a job, first start a development pod
+    (a Job running `sleep infinity` until its deadline) and wait for it."""
+    catalog, found = _cluster(cluster)
+    ns = _namespace(found, namespace)
+    api = KubeApi.connect(found.kube_context)
+    pods = api.pods(ns, f"gkr.dev/job={name}")
+    if not pods:
+        flags = {"name": name, "kind": "job", "cluster": cluster, "namespace": ns,
+                 "image": docker_image, "cmd": "sleep infinity", "deadline": deadline,
+                 "accelerator": accelerators, "gpus": gpus}
+        request = SubmitRequest(flags={k: v for k, v in flags.items() if v is not None},
+                                root=find_root())
+        job = prepare(request, catalog, upload=False)
+        for obj in apply_all(api, render_manifests(job, catalog)):
+            out_console.print(f"started development pod: {obj['kind']} {ns}/{name}")
+        pods = wait_running(api, ns, name, 1, timeout, lambda line: err_console.print(line))
+    pod = select_pod(pods, rank=rank)
+    kubectl = Kubectl(found.kube_context, ns)
     argv = kubectl.exec_argv(pod["metadata"]["name"], [command], main_container(pod), True)
     raise typer.Exit(kubectl.run(argv).returncode)
 

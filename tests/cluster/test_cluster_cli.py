@@ -225,3 +225,28 @@ def test_submit_waits_for_the_placed_pods(repo, apiserver):
     assert sorted(p["metadata"]["name"] for p in running) == [
         "train-a-head", "train-a-w0", "train-a-w1"]
     assert seen and seen[0].startswith("train-a: ")
+
+
+def test_shell_starts_a_development_pod_when_none_exists(repo, apiserver, monkeypatch):
+    """`gkr shell NAME` creates the dev Job, waits for its pod, then execs into it; the exec
+    itself needs a real cluster, so kubectl's run is replaced by a recorder here."""
+    ran: list[list[str]] = []
+    monkeypatch.setattr(Kubectl, "run", lambda self, argv, capture=False: (
+        ran.append(argv) or type("Done", (), {"returncode": 0})()))
+
+    def kubelet():  # the Job controller and scheduler: a running pod once the Job exists
+        while apiserver.get("batch", "jobs", NS, "scratch") is None:
+            threading.Event().wait(0.05)
+        apiserver.put(pod("scratch-0", "job", job="scratch"))
+
+    threading.Thread(target=kubelet, daemon=True).start()
+    outcome = gkr("shell", "scratch", "--cluster", "usc1-prod", "--namespace", NS,
+                  "--accelerators", "H100-Mega", "--gpus", "1")
+    assert outcome.exit_code == 0, outcome.output + outcome.error
+    created = apiserver.get("batch", "jobs", NS, "scratch")
+    container = created["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["sleep", "infinity"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert created["spec"]["activeDeadlineSeconds"] == 8 * 3600
+    (argv,) = ran
+    assert argv[-6:] == ["-it", "scratch-0", "-c", "main", "--", "/bin/bash"]
