@@ -1,5 +1,5 @@
 """A content-addressed cache of rendered jobs, so that re-rendering after one spec changes
-costs one spec's work (`.gkr/cache/`, ignored by git).
+costs one spec's work (`.gkr/cache/render/`, ignored by git).
 
 An entry is keyed by the spec file's bytes and remembers the hashes of the other inputs it
 read (its env file); the whole cache is dropped when any catalog file, template or
@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 import generator
 
-CACHE_FILE = ".gkr/cache/render.pickle"
+CACHE_DIR = ".gkr/cache/render"
 
 
 def digest(*chunks: bytes) -> str:
@@ -35,9 +36,12 @@ def file_digest(path: Path) -> str:
 
 @dataclass(frozen=True)
 class Entry:
-    """One rendered job and the inputs, besides its spec file, that it depends on."""
+    """One rendered job and the inputs, besides its spec file, that it depends on. The job
+    is kept as its checked spec (small); catalog objects are not stored per entry."""
 
-    job: Any
+    spec: Any
+    team: str | None
+    user_env: dict[str, str]
     documents: list[dict[str, Any]]
     text: str
     dependencies: dict[str, str]
@@ -47,39 +51,45 @@ class Entry:
 
 
 class RenderCache:
-    def __init__(self, root: Path, inputs: list[Path]) -> None:
-        self.path = root / CACHE_FILE
-        self.fingerprint = digest(*(p.read_bytes() for p in inputs + _generator_files()))
-        self.entries: dict[str, Entry] = self._load()
-        self.used: dict[str, Entry] = {}
+    """One pickle per entry in `.gkr/cache/<fingerprint>/`, so a render after one change
+    reads the unchanged entries and writes only the new one."""
 
-    def _load(self) -> dict[str, Entry]:
-        try:
-            with self.path.open("rb") as handle:
-                fingerprint, entries = pickle.load(handle)
-        except (OSError, pickle.UnpicklingError, EOFError, ValueError, AttributeError):
-            return {}
-        return entries if fingerprint == self.fingerprint else {}
+    def __init__(self, root: Path, inputs: list[Path]) -> None:
+        self.base = root / CACHE_DIR
+        self.fingerprint = digest(*(p.read_bytes() for p in inputs + _generator_files()))
+        self.folder = self.base / self.fingerprint[:32]
+        self.used: set[str] = set()
+        self.new: dict[str, Entry] = {}
 
     def get(self, key: str) -> Entry | None:
-        entry = self.entries.get(key)
-        if entry is not None and entry.fresh():
-            self.used[key] = entry
-            return entry
-        return None
+        try:
+            with (self.folder / key).open("rb") as handle:
+                entry = pickle.load(handle)
+        except (OSError, pickle.UnpicklingError, EOFError, ValueError, AttributeError):
+            return None
+        if not entry.fresh():
+            return None
+        self.used.add(key)
+        return entry
 
     def put(self, key: str, entry: Entry) -> None:
-        self.used[key] = entry
+        self.used.add(key)
+        self.new[key] = entry
 
     def save(self) -> None:
-        """Keep only the entries of this render; replace the file atomically."""
-        if self.used.keys() == self.entries.keys():
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as handle:
-            pickle.dump((self.fingerprint, self.used), handle, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(name, self.path)
+        """Write new entries atomically; drop entries and fingerprints no longer used."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for key, entry in self.new.items():
+            fd, name = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+            with os.fdopen(fd, "wb") as handle:
+                pickle.dump(entry, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(name, self.folder / key)
+        for stale in self.folder.iterdir():
+            if stale.name not in self.used:
+                stale.unlink(missing_ok=True)
+        for other in self.base.iterdir():
+            if other != self.folder:
+                shutil.rmtree(other, ignore_errors=True)
 
 
 def _generator_files() -> list[Path]:

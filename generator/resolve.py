@@ -42,6 +42,7 @@ class ResolvedJob:
     memory: str
     head_cpus: str | int
     head_memory: str
+    user_env: dict[str, str]
     env: list[dict[str, str]]
     gpu_env: list[dict[str, str]]
     labels: dict[str, str]
@@ -86,6 +87,14 @@ def resolve(loaded: LoadedSpec, catalog: Catalog) -> ResolvedJob:
     return _fill(ctx, source.display, env)
 
 
+def assemble(
+    spec: JobSpec, team: str | None, display: str, user_env: dict[str, str], catalog: Catalog
+) -> ResolvedJob:
+    """Rebuild a job whose spec already passed the rules against this very catalog (used by
+    the render cache, which stores specs, not the catalog objects they point to)."""
+    return _fill(Context(spec, team, None, catalog), display, user_env)
+
+
 def _fill(ctx: Context, display: str, user_env: dict[str, str]) -> ResolvedJob:
     spec, cluster, accel = ctx.spec, ctx.cluster, ctx.accelerator
     assert cluster is not None
@@ -102,6 +111,7 @@ def _fill(ctx: Context, display: str, user_env: dict[str, str]) -> ResolvedJob:
         gpus=gpus, cpus=cpus, memory=memory,
         head_cpus=format_cpus(spec.head.cpus or head.cpus),
         head_memory=spec.head.memory or head.memory,
+        user_env=user_env,
         env=_env_list(spec, cluster, None, user_env),
         gpu_env=_env_list(spec, cluster, accel, user_env),
         labels=_labels(spec, team),

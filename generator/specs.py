@@ -41,10 +41,12 @@ class LoadedSpec:
 
 def team_of(path: Path, root: Path) -> str | None:
     """The team folder of a spec inside jobs/, or None for a file elsewhere."""
-    try:
-        parts = path.resolve().relative_to((root / JOBS_DIR).resolve()).parts
-    except ValueError:
-        return None
+    jobs = root / JOBS_DIR
+    if not path.is_relative_to(jobs):  # cheap check first: most paths come from rglob(jobs)
+        path, jobs = path.resolve(), jobs.resolve()
+        if not path.is_relative_to(jobs):
+            return None
+    parts = path.relative_to(jobs).parts
     return parts[0] if len(parts) == 2 else None
 
 

@@ -21,7 +21,7 @@ from generator.catalog import Catalog
 from generator.errors import InvalidInput, Problem
 from generator.manifests import render_documents, render_job
 from generator.platform import PLATFORM_ROOTS, produce_platform
-from generator.resolve import ResolvedJob, resolve
+from generator.resolve import ResolvedJob, assemble, resolve
 from generator.specs import load_spec, spec_files
 from generator.yamlio import dump_documents
 
@@ -88,16 +88,20 @@ def _render_spec(
 ) -> RenderedJob:
     key = digest(path.as_posix().encode(), path.read_bytes())
     entry = cache.get(key) if cache else None
-    if entry is None:
-        job = resolve(load_spec(path, root), catalog)
-        documents = render_job(job)
-        text = HEADER.format(source=job.source) + dump_documents(documents)
-        env_file = path.parent / job.spec.env_file if job.spec.env_file else None
-        dependencies = {str(env_file): file_digest(env_file)} if env_file else {}
-        entry = Entry(job, documents, text, dependencies)
-        if cache:
-            cache.put(key, entry)
-    return RenderedJob(entry.job, job_path(entry.job), entry.documents, entry.text)
+    if entry is not None:
+        display = path.relative_to(root).as_posix()
+        job = assemble(entry.spec, entry.team, display, entry.user_env, catalog)
+        return RenderedJob(job, job_path(job), entry.documents, entry.text)
+    loaded = load_spec(path, root)
+    job = resolve(loaded, catalog)
+    documents = render_job(job)
+    text = HEADER.format(source=job.source) + dump_documents(documents)
+    env_file = path.parent / job.spec.env_file if job.spec.env_file else None
+    dependencies = {str(env_file): file_digest(env_file)} if env_file else {}
+    if cache:
+        cache.put(key, Entry(job.spec, loaded.source.team, job.user_env, documents, text,
+                             dependencies))
+    return RenderedJob(job, job_path(job), documents, text)
 
 
 def job_path(job: ResolvedJob) -> str:
