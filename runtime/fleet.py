@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 __all__ = [
+    "ClientSample",
     "FleetReporter",
     "FleetSink",
     "FleetState",
@@ -47,6 +48,15 @@ class WorkerSample:
 
 
 @dataclass
+class ClientSample:
+    """What one training rank observed: round trip minus queue wait and processing."""
+
+    service: str
+    rank: int
+    transfer_s: list[float] = field(default_factory=list)
+
+
+@dataclass
 class ProxySample:
     """What one per-node proxy holds now."""
 
@@ -67,6 +77,8 @@ class ServiceSummary:
     queue_wait_ms_p99: float
     process_ms_p50: float
     process_ms_p99: float
+    transfer_ms_p50: float
+    transfer_ms_p99: float
     pending: int
     workers_healthy: int
     workers_known: int
@@ -78,7 +90,8 @@ class ServiceSummary:
         return (
             f"{self.service}: {self.throughput_rps:.1f} req/s, queue wait p50/p99 "
             f"{self.queue_wait_ms_p50:.2f}/{self.queue_wait_ms_p99:.2f} ms, processing "
-            f"p50/p99 {self.process_ms_p50:.2f}/{self.process_ms_p99:.2f} ms, pending "
+            f"p50/p99 {self.process_ms_p50:.2f}/{self.process_ms_p99:.2f} ms, transfer p50/p99 "
+            f"{self.transfer_ms_p50:.2f}/{self.transfer_ms_p99:.2f} ms, pending "
             f"{self.pending}, workers {self.workers_healthy}/{self.workers_known} healthy, "
             f"restarts {self.restarts}, errors {self.errors}"
         )
@@ -88,6 +101,7 @@ class ServiceSummary:
 class _ServiceWindow:
     waits: deque[tuple[float, float]] = field(default_factory=deque)
     processing: deque[tuple[float, float]] = field(default_factory=deque)
+    transfer: deque[tuple[float, float]] = field(default_factory=deque)
     served: deque[tuple[float, int]] = field(default_factory=deque)
     errors: int = 0
     seen: dict[str, float] = field(default_factory=dict)  # worker -> last report time
@@ -123,6 +137,12 @@ class FleetState:
             window.restarts += 1
         window.incarnations[sample.worker] = sample.incarnation
 
+    def record_client(self, sample: ClientSample, now: float | None = None) -> None:
+        """Fold one rank's transfer times into its service's window."""
+        now = time.time() if now is None else now
+        window = self._services.setdefault(sample.service, _ServiceWindow())
+        window.transfer.extend((now, value) for value in sample.transfer_s)
+
     def record_proxy(self, sample: ProxySample) -> None:
         """Remember the proxy's backlog (in flight plus waiting for a worker)."""
         window = self._services.setdefault(sample.service, _ServiceWindow())
@@ -134,7 +154,7 @@ class FleetState:
         return {name: self._summary(name, window, now) for name, window in self._services.items()}
 
     def _summary(self, name: str, window: _ServiceWindow, now: float) -> ServiceSummary:
-        for samples in (window.waits, window.processing, window.served):
+        for samples in (window.waits, window.processing, window.transfer, window.served):
             while samples and samples[0][0] < now - self.window_s:
                 samples.popleft()
         span = max(now - window.served[0][0], 1.0) if window.served else 1.0
@@ -146,6 +166,8 @@ class FleetState:
             queue_wait_ms_p99=_percentile_ms(window.waits, 99),
             process_ms_p50=_percentile_ms(window.processing, 50),
             process_ms_p99=_percentile_ms(window.processing, 99),
+            transfer_ms_p50=_percentile_ms(window.transfer, 50),
+            transfer_ms_p99=_percentile_ms(window.transfer, 99),
             pending=sum(window.pending.values()),
             workers_healthy=healthy,
             workers_known=len(window.seen),

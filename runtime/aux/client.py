@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +19,10 @@ import zmq
 
 from runtime.aux.errors import AuxBusy, AuxError, AuxTimeout, RemoteError, WorkerLost
 from runtime.aux.wire import Status, decode_body, decode_header, drain, encode
+from runtime.fleet import ClientSample
 
 BUSY_BACKOFF_S = 0.005
+SAMPLE_CAP = 4096
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,17 @@ class WeightedRoundRobin:
 class AuxClient:
     """Calls one service from one training rank."""
 
-    def __init__(self, handle: ServiceHandle, rank: int) -> None:
+    def __init__(
+        self,
+        handle: ServiceHandle,
+        rank: int,
+        report: Callable[[ClientSample], None] | None = None,
+        report_interval_s: float = 1.0,
+    ) -> None:
         self.handle, self.rank = handle, rank
+        self.report, self.report_interval_s = report, report_interval_s
+        self._transfers: list[float] = []
+        self._next_report = time.monotonic() + report_interval_s
         context = zmq.Context.instance()
         self._sockets = [context.socket(zmq.DEALER) for _ in handle.endpoints]
         self._poller = zmq.Poller()
@@ -73,7 +84,7 @@ class AuxClient:
             self._poller.register(sock, zmq.POLLIN)
         self._picker = WeightedRoundRobin([e.weight for e in handle.endpoints])
         self._ids = itertools.count(1)
-        self._deadlines: dict[int, float] = {}
+        self._deadlines: dict[int, tuple[float, float]] = {}  # id -> (deadline, sent at)
         self._done: dict[int, tuple[dict[str, Any], list[Any]]] = {}
         self._abandoned: set[int] = set()
 
@@ -98,12 +109,12 @@ class AuxClient:
         header = {"id": request_id, "rank": self.rank, "method": method, "deadline": deadline}
         sock = self._sockets[self._picker.next()]
         sock.send_multipart(encode(header, payload), copy=False)
-        self._deadlines[request_id] = deadline
+        self._deadlines[request_id] = (deadline, time.perf_counter())
         return request_id
 
     def result(self, request_id: int) -> dict[str, Any]:
         """Wait for the reply of `request_id`; raises the typed error the reply carries."""
-        deadline = self._deadlines.pop(request_id)
+        deadline, sent = self._deadlines.pop(request_id)
         while request_id not in self._done:
             remaining = deadline - time.time()
             if remaining <= 0:
@@ -111,7 +122,19 @@ class AuxClient:
                 raise AuxTimeout(f"{self.handle.service}: no reply in {self.handle.timeout_s}s")
             self._receive(remaining)
         header, frames = self._done.pop(request_id)
+        self._observe(header, time.perf_counter() - sent)
         return self._unpack(header, frames)
+
+    def _observe(self, header: dict[str, Any], round_trip: float) -> None:
+        """Transfer time = round trip - queue wait - processing; reported now and then."""
+        if self.report is None or "process_s" not in header:
+            return
+        self._transfers.append(round_trip - header["wait_s"] - header["process_s"])
+        if time.monotonic() >= self._next_report:
+            self._next_report = time.monotonic() + self.report_interval_s
+            sample = ClientSample(self.handle.service, self.rank, self._transfers[-SAMPLE_CAP:])
+            self._transfers = []
+            self.report(sample)
 
     def _receive(self, timeout_s: float) -> None:
         for sock, _ in self._poller.poll(max(1, int(timeout_s * 1000))):

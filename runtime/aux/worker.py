@@ -91,21 +91,28 @@ class WorkerCore:
 
     def _serve(self, sock: zmq.Socket, request: _Request) -> None:
         started = time.time()
-        self._sample.queue_wait_s.append(started - request.arrived)
+        waited = started - request.arrived
+        self._sample.queue_wait_s.append(waited)
         deadline = request.header.get("deadline")
         if deadline is not None and started > deadline:
             self._reply(sock, request, {"status": Status.EXPIRED}, None)
             return
+        status, result = self._handle(request)
+        processed = time.time() - started
+        self._sample.process_s.append(processed)
+        self._sample.served += 1
+        # The caller subtracts both from its round trip to see the transfer time (seed §8.2).
+        timing = {"wait_s": waited, "process_s": processed}
+        self._reply(sock, request, {**status, **timing}, result)
+
+    def _handle(self, request: _Request) -> tuple[dict[str, Any], Any]:
         try:
             payload = decode_body(request.header, request.frames)
-            result = self.service.handle(request.header["method"], payload)
-            self._reply(sock, request, {"status": Status.OK}, result)
+            return {"status": Status.OK}, self.service.handle(request.header["method"], payload)
         except Exception as error:  # every service error goes back to the caller
             self._sample.errors += 1
-            failure = {"status": Status.ERROR, "error_type": type(error).__name__}
-            self._reply(sock, request, {**failure, "error": str(error)}, None)
-        self._sample.process_s.append(time.time() - started)
-        self._sample.served += 1
+            return {"status": Status.ERROR, "error_type": type(error).__name__,
+                    "error": str(error)}, None
 
     def _reply(
         self, sock: zmq.Socket, request: _Request, status: dict[str, Any], payload: Any

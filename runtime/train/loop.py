@@ -52,13 +52,21 @@ class _Targets:
     def __init__(self, context: LoopContext, services: Services, rank: int) -> None:
         model = context.config.model
         name = model.target_service
-        self.client = AuxClient(services[name], rank) if name else None
+        self.client = AuxClient(
+            services[name], rank, _client_reporter(context.run_id),
+            context.config.aux.report_interval_s,
+        ) if name else None
         self.local = EncoderService(model.input_dim, model.output_dim, seed=context.config.run.seed)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.client is None:
             return self.local.handle("encode", {"x": x})["y"]
         return self.client.call("encode", {"x": x})["y"]
+
+
+def _client_reporter(run_id: str) -> Callable[[Any], None]:
+    monitor = ray.get_actor(monitor_name(run_id))
+    return lambda sample: monitor.record_client.remote(sample)
 
 
 def train_loop(loop_config: dict[str, Any]) -> None:

@@ -133,3 +133,13 @@ def test_restarted_worker_triggers_the_loss_policy(tmp_path: Path, policy: OnWor
             assert client.result(request) == {"served": "crash"}
     finally:
         built.close()
+
+
+def test_client_reports_transfer_time_net_of_wait_and_processing(fabric: Fabric) -> None:
+    reports = []
+    handle = ServiceHandle("echo", (Endpoint(fabric.proxy.address, 1),), 5.0, 0)
+    client = AuxClient(handle, rank=2, report=reports.append, report_interval_s=0.0)
+    client.call("sleep", {"seconds": 0.2})
+    (sample,) = reports
+    assert (sample.service, sample.rank) == ("echo", 2)
+    assert 0 <= sample.transfer_s[0] < 0.2  # the 0.2 s of processing is not transfer

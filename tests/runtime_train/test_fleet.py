@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.fleet import FleetState, ProxySample, WorkerSample
+from runtime.fleet import ClientSample, FleetState, ProxySample, WorkerSample
 
 
 def _sample(worker: str, incarnation: str, served: int, waits: list[float]) -> WorkerSample:
@@ -35,3 +35,12 @@ def test_old_samples_leave_the_window() -> None:
     state.record_worker(_sample("w0", "a", 5, [0.001] * 5), now=20.0)
     summary = state.summaries(now=21.0)["enc"]
     assert summary.queue_wait_ms_p99 == pytest.approx(1.0)
+
+
+def test_transfer_time_comes_from_the_ranks() -> None:
+    state = FleetState()
+    state.record_worker(_sample("w0", "a", 2, [0.001, 0.001]), now=5.0)
+    state.record_client(ClientSample("enc", rank=3, transfer_s=[0.0002, 0.0004]), now=5.0)
+    summary = state.summaries(now=6.0)["enc"]
+    assert summary.transfer_ms_p50 == pytest.approx(0.3)
+    assert "transfer p50/p99 0.30/" in summary.line()
