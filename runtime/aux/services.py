@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -25,13 +27,16 @@ class AuxService(Protocol):
 
 
 class EchoService:
-    """Returns what it gets; `sleep` and `fail` exercise deadlines and error propagation."""
+    """Returns what it gets; `sleep` and `fail` exercise deadlines and error propagation,
+    `where` names the serving process (to check placement and load balancing)."""
 
     def startup_check(self) -> None:
         """Nothing to load."""
 
     def handle(self, method: str, payload: Payload) -> Payload:
-        """echo: the payload; sleep: wait `seconds`; fail: raise ValueError."""
+        """echo: the payload; sleep: wait `seconds`; fail: raise ValueError; where: pid, host."""
+        if method == "where":
+            return {"pid": os.getpid(), "host": socket.gethostname()}
         if method == "sleep":
             time.sleep(float(payload.get("seconds", 0.0)))
         elif method == "fail":

@@ -1,0 +1,45 @@
+"""Two Ray nodes on this machine (`ray.cluster_utils.Cluster`, real raylets): SPREAD placement,
+one proxy per node that hosts workers, weights equal to each proxy's worker count, and
+weighted round-robin reaching every worker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+from runtime.aux.client import AuxClient
+from runtime.aux.config import AuxConfig, ServiceConfig
+from runtime.aux.coordinator import AuxCoordinator
+from runtime.planner import NodeCapacity, PlanInput, ServiceDemand, WorkerRequest, plan_capacity
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[Cluster]:
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    cluster.add_node(num_cpus=2)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, logging_level="WARNING")
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def test_spread_workers_get_a_proxy_per_node(two_nodes: Cluster) -> None:
+    service = ServiceConfig(impl="echo", cpus_per_worker=0.5, min_replicas=3)
+    nodes = (NodeCapacity(0, 2), NodeCapacity(0, 2))
+    demand = ServiceDemand("who", WorkerRequest(0, 0.5), ratio=1, min_replicas=3)
+    plan = plan_capacity(PlanInput(nodes, WorkerRequest(0, 1), (demand,), max_world_size=1))
+    coordinator = AuxCoordinator("spread", AuxConfig(services={"who": service}), plan)
+    try:
+        handle = coordinator.start()["who"]
+        assert sorted(e.weight for e in handle.endpoints) == [1, 2]  # SPREAD over two nodes
+        client = AuxClient(handle, rank=0)
+        pids = {client.call("where")["pid"] for _ in range(30)}
+        assert len(pids) == 3  # every worker on every node is reached
+    finally:
+        coordinator.shutdown()
