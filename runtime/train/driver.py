@@ -14,7 +14,7 @@ from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
 from runtime.errors import ConfigError, RuntimeFailure
-from runtime.fleet import FleetReporter, LogSink, ServiceSummary, start_monitor
+from runtime.fleet import FleetReporter, ServiceSummary, start_monitor
 from runtime.planner import (
     CapacityPlan,
     NodeCapacity,
@@ -97,7 +97,7 @@ def run_training(config: TrainConfig, echo: Printer = print) -> TrainResult:
         monitor = start_monitor(run_id, stale_after_s=3 * config.aux.report_interval_s + 2)
         progress = start_progress(run_id)
         _fit(config, plan, LoopContext(config, plan, run_id))
-        fleet = FleetReporter(monitor, [LogSink()], 0).report(config.run.steps)
+        fleet = FleetReporter(monitor, [], 0).report(config.run.steps)
         losses = ray.get(progress.history.remote())
     return TrainResult(run_id, plan, losses, fleet)
 
