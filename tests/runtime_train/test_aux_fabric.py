@@ -3,6 +3,7 @@ threads of this process; the Ray-hosted version is in test_aux_ray.py."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,33 +73,68 @@ def test_deadline_expires_instead_of_waiting_forever(fabric: Fabric) -> None:
         fabric.client(0, timeout_s=0.2).call("sleep", {"seconds": 1.0})
 
 
-@pytest.mark.parametrize("fabric", [(OnWorkerLoss.RETRY, 1)], indirect=True)
-def test_full_rank_queue_answers_busy(fabric: Fabric) -> None:
-    client = fabric.client(0)
-    blocker = client.submit("sleep", {"seconds": 0.5})
-    time.sleep(0.1)  # the worker is now inside the sleep
-    queued = [client.submit("echo", {"i": i}) for i in range(3)]
-    outcomes = []
-    for request in queued:
-        try:
-            outcomes.append(client.result(request)["i"])
-        except AuxBusy:
-            outcomes.append("busy")
-    client.result(blocker)
-    assert outcomes.count("busy") == 2  # one fits the rank's queue of one, two are refused
+class Gate(EchoService):
+    """`hold` keeps the worker busy until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.entered, self.opened = threading.Event(), threading.Event()
+
+    def handle(self, method: str, payload: dict) -> dict:
+        if method == "hold":
+            self.entered.set()
+            self.opened.wait(10)
+        return super().handle("echo", payload)
 
 
-def test_a_flooding_rank_does_not_starve_another(fabric: Fabric) -> None:
-    flood, other = fabric.client(0), fabric.client(1)
-    flood_ids = [flood.submit("sleep", {"seconds": 0.01}) for _ in range(40)]
-    time.sleep(0.05)
-    started = time.monotonic()
-    other.call("echo", {})
-    waited = time.monotonic() - started
-    for request in flood_ids:
-        flood.result(request)
-    flood_total = time.monotonic() - started
-    assert waited < flood_total / 3  # served in rotation, not after the whole flood
+def test_full_rank_queue_answers_busy(tmp_path: Path) -> None:
+    built, gate = Fabric(tmp_path, OnWorkerLoss.RETRY, queue_size=1), Gate()
+    try:
+        built.add_worker("w0", gate)
+        client = built.client(0)
+        blocker = client.submit("hold", {})
+        assert gate.entered.wait(10)
+        queued = [client.submit("echo", {"i": i}) for i in range(3)]
+        while len(built.proxy.in_flight) < 4:  # all three reached the worker's socket
+            time.sleep(0.01)
+        time.sleep(0.2)
+        gate.opened.set()
+        client.result(blocker)
+        outcomes = []
+        for request in queued:
+            try:
+                outcomes.append(client.result(request)["i"])
+            except AuxBusy:
+                outcomes.append("busy")
+        assert outcomes == [0, "busy", "busy"]  # the rank's queue of one takes the first
+    finally:
+        built.close()
+
+
+class Recorder(EchoService):
+    """Remembers the order in which requests were served."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+
+    def handle(self, method: str, payload: dict) -> dict:
+        self.order.append(payload["tag"])
+        return super().handle(method, payload)
+
+
+def test_a_flooding_rank_does_not_starve_another(tmp_path: Path) -> None:
+    built, recorder = Fabric(tmp_path, OnWorkerLoss.RETRY, 64), Recorder()
+    try:
+        built.add_worker("w0", recorder)
+        flood, quiet = built.client(0, timeout_s=30), built.client(1)
+        flooded = [flood.submit("sleep", {"seconds": 0.02, "tag": f"f{i}"}) for i in range(40)]
+        time.sleep(0.1)  # the flood is queued on the worker
+        quiet.call("echo", {"tag": "q"})
+        for request in flooded:
+            flood.result(request)
+        # FIFO admission would serve the quiet rank last; round-robin serves it next.
+        assert recorder.order.index("q") < len(recorder.order) - 10
+    finally:
+        built.close()
 
 
 class CrashOnce(EchoService):
