@@ -1,0 +1,1 @@
+"""Reusable auxiliary-service presets (Hydra group `aux`)."""

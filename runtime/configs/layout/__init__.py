@@ -1,0 +1,1 @@
+"""Reusable parallelism layouts (Hydra group `layout`)."""
