@@ -42,15 +42,16 @@ class AuxWorkerActor:
             report=_reporter(run_id, "record_worker"),
             report_interval_s=report_interval_s,
         )
-        self.core.start_thread()
+        self.thread = self.core.start_thread()
 
     def info(self) -> dict[str, Any]:
         """Where this worker runs and which incarnation it is."""
         return {"node_id": self.node_id, "pid": os.getpid(), "incarnation": self.core.incarnation}
 
     def stop(self) -> None:
-        """Stop serving."""
+        """Stop serving and close the socket."""
         self.core.stop.set()
+        self.thread.join(timeout=2)
 
 
 class AuxProxyActor:
@@ -70,7 +71,7 @@ class AuxProxyActor:
             report=_reporter(run_id, "record_proxy"),
             report_interval_s=report_interval_s,
         )
-        self.core.start_thread()
+        self.thread = self.core.start_thread()
 
     def address(self) -> str:
         """The TCP address training ranks connect to."""
@@ -81,7 +82,8 @@ class AuxProxyActor:
         return len(self.core.ready)
 
     def stop(self) -> None:
-        """Stop forwarding."""
+        """Stop forwarding; closing the bound IPC socket removes its file."""
         self.core.stop.set()
+        self.thread.join(timeout=2)
 
 

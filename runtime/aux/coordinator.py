@@ -5,6 +5,7 @@ back what training ranks need to reach each service.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from typing import Any
@@ -125,9 +126,13 @@ class AuxCoordinator:
             raise AuxStartupError(f"service {name!r}: {what} failed: {_cause(error)}") from error
 
     def shutdown(self) -> None:
-        """Stop every actor and release the placement groups."""
+        """Stop every actor (cleanly first, so sockets close), release the placement groups."""
         groups = (*self.actors.values(), *self.proxies.values())
-        for handle in [actor for group in groups for actor in group]:
+        handles = [actor for group in groups for actor in group]
+        stopping = [handle.stop.remote() for handle in handles]
+        with contextlib.suppress(RayError):  # dead or stuck actors are killed below anyway
+            ray.get(stopping, timeout=5)
+        for handle in handles:
             ray.kill(handle, no_restart=True)
         for group in self.groups:
             remove_placement_group(group)

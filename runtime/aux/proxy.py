@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -26,6 +27,12 @@ from runtime.fleet import ProxySample
 
 MAX_ATTEMPTS = 3  # a request that killed three workers is failed rather than retried again
 SWEEP_INTERVAL_S = 0.05
+
+
+def _remove_ipc_file(address: str) -> None:
+    """libzmq unlinks the file on its I/O thread, which may not run before the actor exits."""
+    if address.startswith("ipc://"):
+        Path(address.removeprefix("ipc://")).unlink(missing_ok=True)
 
 
 @dataclass
@@ -62,6 +69,7 @@ class ProxyCore:
         self.backend.setsockopt(zmq.LINGER, 0)
         self.backend.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a dead worker raises
         self.backend.bind(backend)
+        self.backend_address = backend
         self.workers: dict[bytes, str] = {}  # worker id -> incarnation
         self.ready: list[bytes] = []
         self._turn = 0
@@ -86,6 +94,7 @@ class ProxyCore:
         finally:
             self.frontend.close()
             self.backend.close()
+            _remove_ipc_file(self.backend_address)
 
     def _from_clients(self) -> None:
         for client, head, *rest in drain(self.frontend):
