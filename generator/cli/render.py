@@ -17,7 +17,7 @@ from generator.repo import find_root
 from generator.resolve import resolve
 from generator.spec import JobSpec
 from generator.specs import load_spec, spec_files
-from generator.tree import diff_tree, render_tree, write_tree
+from generator.tree import Tree, diff_tree, job_path, render_tree, write_tree
 from generator.validate import check_schemas, validate_tree
 
 RootOption = Annotated[
@@ -95,8 +95,6 @@ def validate(
 
 def _validate_specs(root: Path, catalog: Catalog, paths: list[Path]) -> None:
     """Only the named specs: rules, rendering and schemas, no overlay build."""
-    from generator.tree import Tree, job_path
-
     problems, tree = [], Tree()
     for path in spec_files(root, [p.resolve() for p in paths]):
         try:
