@@ -9,7 +9,7 @@ import ray
 
 from runtime.aux.config import ServiceConfig
 from runtime.aux.proxy import ProxyCore
-from runtime.aux.services import build_service
+from runtime.aux.services import CheckpointableService, build_service
 from runtime.aux.worker import WorkerCore, backend_address
 from runtime.fleet import monitor_name
 
@@ -47,6 +47,24 @@ class AuxWorkerActor:
     def info(self) -> dict[str, Any]:
         """Where this worker runs and which incarnation it is."""
         return {"node_id": self.node_id, "pid": os.getpid(), "incarnation": self.core.incarnation}
+
+    def checkpointable(self) -> bool:
+        """Whether the service has state to checkpoint."""
+        return isinstance(self.core.service, CheckpointableService)
+
+    def save_checkpoint(self, uri: str) -> None:
+        """Have the service save its state under `uri`."""
+        self._checkpointable().save_checkpoint(uri)
+
+    def load_checkpoint(self, uri: str) -> None:
+        """Have the service restore the state saved under `uri`."""
+        self._checkpointable().load_checkpoint(uri)
+
+    def _checkpointable(self) -> CheckpointableService:
+        service = self.core.service
+        if not isinstance(service, CheckpointableService):
+            raise TypeError(f"service {self.core.service_name!r} has no checkpoint methods")
+        return service
 
     def stop(self) -> None:
         """Stop serving and close the socket."""

@@ -7,7 +7,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -24,6 +24,18 @@ class AuxService(Protocol):
 
     def handle(self, method: str, payload: Payload) -> Payload:
         """Serve one request."""
+
+
+@runtime_checkable
+class CheckpointableService(Protocol):
+    """A service with state of its own; rank 0 has every worker save it with each training
+    checkpoint (seed §7.1). Called from the actor's thread while the worker serves."""
+
+    def save_checkpoint(self, uri: str) -> None:
+        """Persist the state under `uri` (a local directory or fsspec URL)."""
+
+    def load_checkpoint(self, uri: str) -> None:
+        """Restore the state saved under `uri`."""
 
 
 class EchoService:

@@ -117,6 +117,12 @@ class Checkpointer:
         self.store.commit(step, {"world_size": world, "hooks": [h.name for h in self.hooks]})
         self.store.prune(self.config.keep_last)
 
+    def check(self) -> None:
+        """Raise now if the background write has already failed (without waiting for it)."""
+        pending = self._pending
+        if pending is not None and pending.done() and pending.exception() is not None:
+            self.wait()
+
     def wait(self) -> None:
         """Block until the checkpoint being written, if any, is committed; raise its error."""
         pending, self._pending = self._pending, None

@@ -1,14 +1,15 @@
-"""Where a rank's batches come from: the seam the data loader pipeline plugs into.
+"""Where a rank's batches come from, and how far it has read (which goes into checkpoints).
 
-With a `data` section, each rank runs the deterministic loader pipeline (runtime.data) and
-takes the `input` of every batch. With none, each rank draws synthetic features from its
-own seeded stream; the samples differ across ranks and steps and are reproducible from
-`run.seed`.
+With a `data` section, each rank runs its own deterministic loader pipeline (runtime.data,
+seed §5.5) and takes the `input` of every batch. With none, each rank draws synthetic
+features; batch `i` of rank `r` is a pure function of (`run.seed`, `r`, `i`), so resuming
+only needs the count of batches read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -17,22 +18,68 @@ from runtime.data.loader import DataPipeline
 from runtime.train.config import TrainConfig
 
 
-def build_batches(config: TrainConfig, rank: int) -> Iterator[torch.Tensor]:
-    """An endless iterator of input batches for `rank`."""
-    if config.data is not None:
-        world = dist.get_world_size() if dist.is_initialized() else 1
-        return _inputs(DataPipeline(config.data, rank=rank, world_size=world))
-    return _synthetic(config, rank)
+class BatchSource(Iterator[torch.Tensor], Protocol):
+    """An endless stream of input batches whose position is a small state dict."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
 
 
-def _inputs(pipeline: DataPipeline) -> Iterator[torch.Tensor]:
-    with pipeline:
-        for batch in pipeline:
-            yield batch["input"] if isinstance(batch, dict) else batch
+class PipelineBatches:
+    """The `input` of every batch of this rank's DataPipeline."""
+
+    def __init__(self, pipeline: DataPipeline) -> None:
+        self.pipeline = pipeline
+
+    def __iter__(self) -> PipelineBatches:
+        return self
+
+    def __next__(self) -> torch.Tensor:
+        batch = next(self.pipeline)
+        return batch["input"] if isinstance(batch, dict) else batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.pipeline.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pipeline.load_state_dict(state)
+
+    def close(self) -> None:
+        self.pipeline.close()
 
 
-def _synthetic(config: TrainConfig, rank: int) -> Iterator[torch.Tensor]:
-    generator = torch.Generator().manual_seed(config.run.seed * 1_000_003 + rank)
-    shape = (config.model.batch_size, config.model.input_dim)
-    while True:
-        yield torch.randn(shape, generator=generator)
+class SyntheticBatches:
+    """Seeded random features, one generator seed per (run seed, rank, batch index)."""
+
+    def __init__(self, config: TrainConfig, rank: int) -> None:
+        self.seed = (config.run.seed * 1_000_003 + rank) * 1_000_003
+        self.shape = (config.model.batch_size, config.model.input_dim)
+        self.read = 0
+
+    def __iter__(self) -> SyntheticBatches:
+        return self
+
+    def __next__(self) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(self.seed + self.read)
+        self.read += 1
+        return torch.randn(self.shape, generator=generator)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"batches": self.read}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.read = int(state["batches"])
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def build_batches(config: TrainConfig, rank: int) -> BatchSource:
+    """This rank's batch stream, positioned at the start (a checkpoint may move it)."""
+    if config.data is None:
+        return SyntheticBatches(config, rank)
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    return PipelineBatches(DataPipeline(config.data, rank=rank, world_size=world))

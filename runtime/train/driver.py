@@ -1,5 +1,6 @@
-"""The training driver (seed §5.1-§5.4): plan capacity, start the FleetMonitor, run the
-training workers through Ray Train (rank 0 starts the auxiliary services), report, clean up.
+"""The training driver (seed §5.1-§5.4, §7.1): plan capacity, pick the checkpoint to resume
+from, start the FleetMonitor, run the training workers through Ray Train (rank 0 starts the
+auxiliary services), report, clean up.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import ray
 from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
-from runtime.errors import ConfigError, RuntimeFailure
+from runtime.errors import RuntimeFailure
 from runtime.fleet import FleetReporter, ServiceSummary, start_monitor
 from runtime.planner import (
     CapacityPlan,
@@ -22,6 +23,13 @@ from runtime.planner import (
     ServiceDemand,
     WorkerRequest,
     plan_capacity,
+)
+from runtime.train.checkpointing import (
+    ResumePoint,
+    committed_steps,
+    enabled,
+    find_resume_point,
+    localize,
 )
 from runtime.train.config import TrainConfig
 from runtime.train.loop import LoopContext, train_loop
@@ -38,16 +46,8 @@ class TrainResult:
     plan: CapacityPlan
     losses: dict[int, float]
     fleet: dict[str, ServiceSummary]
-
-
-def check_supported(config: TrainConfig) -> None:
-    """Sections whose components are not wired into this driver are refused up front."""
-    if config.checkpoint is not None and config.checkpoint.enabled:
-        raise ConfigError("checkpoint", "checkpointing is not wired into this driver yet; "
-                          "set checkpoint: null or checkpoint.enabled=false")
-    if config.data is not None:
-        raise ConfigError("data", "the loader pipeline is not wired into this driver yet; "
-                          "remove `data` to train on synthetic batches")
+    resumed: ResumePoint | None = None
+    checkpoints: tuple[int, ...] = ()
 
 
 @contextmanager
@@ -88,18 +88,46 @@ def plan_for(config: TrainConfig, nodes: tuple[NodeCapacity, ...]) -> CapacityPl
 
 
 def run_training(config: TrainConfig, echo: Printer = print) -> TrainResult:
-    """Plan, start services, train to the last step, report, clean up."""
-    check_supported(config)
+    """Plan, resume or start fresh, start services, train to the last step, report, clean up."""
+    config = localize(config)
     run_id = f"{config.run.name}-{uuid.uuid4().hex[:6]}"
     with ray_session(config):
         plan = plan_for(config, cluster_nodes())
         echo(f"capacity plan for run {run_id}:\n{plan.explain()}")
+        resume = find_resume_point(config)
+        _echo_start(config, resume, echo)
+        if resume is not None and resume.step >= config.run.steps:
+            return TrainResult(run_id, plan, {}, {}, resume, tuple(committed_steps(config)))
         monitor = start_monitor(run_id, stale_after_s=3 * config.aux.report_interval_s + 2)
         progress = start_progress(run_id)
-        _fit(config, plan, LoopContext(config, plan, run_id))
+        _fit(config, plan, LoopContext(config, plan, run_id, resume))
         fleet = FleetReporter(monitor, [], 0).report(config.run.steps)
         losses = ray.get(progress.history.remote())
-    return TrainResult(run_id, plan, losses, fleet)
+    result = TrainResult(run_id, plan, losses, fleet, resume, tuple(committed_steps(config)))
+    _echo_checkpoints(config, result, echo)
+    return result
+
+
+def _echo_start(config: TrainConfig, resume: ResumePoint | None, echo: Printer) -> None:
+    section = enabled(config)
+    if section is None:
+        return
+    if resume is None:
+        echo(f"checkpoints: {section.uri} (every {section.interval_steps} steps, "
+             f"keeping {section.keep_last}); starting at step 0")
+    elif resume.step >= config.run.steps:
+        echo(f"checkpoint {resume.uri} is at step {resume.step}, which already reaches "
+             f"run.steps={config.run.steps}: nothing to train (raise run.steps to go on, or "
+             "set checkpoint.resume_from=null with another checkpoint.uri to start over)")
+    else:
+        echo(f"checkpoints: resuming from {resume.uri} (step {resume.step})")
+
+
+def _echo_checkpoints(config: TrainConfig, result: TrainResult, echo: Printer) -> None:
+    section = enabled(config)
+    if section is not None:
+        steps = ", ".join(str(step) for step in result.checkpoints) or "none"
+        echo(f"checkpoints: {section.uri}: committed steps {steps}")
 
 
 def _fit(config: TrainConfig, plan: CapacityPlan, context: LoopContext) -> None:

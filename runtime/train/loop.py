@@ -2,14 +2,16 @@
 
 Rank 0 first runs the auxiliary-worker coordinator (seed §5.4) and shares the services'
 handles with every rank. Each rank then draws its batches, asks the target service (over
-ZeroMQ) for the teacher's outputs, and takes a DDP step. After each step the hooks run: the
-FleetMonitor reporter on rank 0 now, checkpointing when it is wired in.
+ZeroMQ) for the teacher's outputs, and takes a DDP step. Before the first step the run
+resumes from a checkpoint when there is one; after each step the hooks run: the
+FleetMonitor reporter on rank 0, then the checkpoint manager.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +24,11 @@ import torch.distributed as dist
 from runtime.aux.client import AuxClient, ServiceHandle
 from runtime.aux.coordinator import AuxCoordinator
 from runtime.aux.services import EncoderService
+from runtime.checkpoint.training import TrainState
 from runtime.fleet import FleetReporter, LogSink, monitor_name
 from runtime.planner import CapacityPlan
 from runtime.train.batches import build_batches
+from runtime.train.checkpointing import CheckpointManager, ResumePoint, aux_hooks
 from runtime.train.config import TrainConfig
 from runtime.train.model import build_model
 from runtime.train.numa import pin_to_numa_node
@@ -41,6 +45,7 @@ class LoopContext:
     config: TrainConfig
     plan: CapacityPlan
     run_id: str
+    resume: ResumePoint | None = None
 
 
 Services = dict[str, ServiceHandle]
@@ -81,7 +86,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         log.info("rank %d NUMA affinity: %s", rank, pinned or "single node, unchanged")
     coordinator, services = _start_services(context, rank)
     try:
-        _train(context, services, rank)
+        _train(context, services, rank, coordinator)
     finally:
         if coordinator is not None:
             coordinator.shutdown()
@@ -101,22 +106,27 @@ def _start_services(context: LoopContext, rank: int) -> tuple[AuxCoordinator | N
     return coordinator, shared[0] or {}
 
 
-def _train(context: LoopContext, services: Services, rank: int) -> None:
+def _train(
+    context: LoopContext, services: Services, rank: int, coordinator: AuxCoordinator | None
+) -> None:
     config = context.config
     torch.manual_seed(config.run.seed)
     model = ray.train.torch.prepare_model(build_model(config.model))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.model.lr)
     targets, batches = _Targets(context, services, rank), build_batches(config, rank)
-    hooks = _step_hooks(context, services, rank)
-    for step in range(1, config.run.steps + 1):
-        x = next(batches)
-        loss = torch.nn.functional.mse_loss(model(x), targets(x))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        _log_progress(context, rank, step, loss.detach())
-        for hook in hooks:
-            hook(step)
+    state = TrainState(model, optimizer, batches)
+    checkpoint = CheckpointManager(config.checkpoint, state, aux_hooks(coordinator))
+    hooks = [*_step_hooks(context, services, rank), checkpoint.after_step]
+    with closing(batches), checkpoint:
+        for step in range(checkpoint.resume(context.resume) + 1, config.run.steps + 1):
+            x = next(batches)
+            loss = torch.nn.functional.mse_loss(model(x), targets(x))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            _log_progress(context, rank, step, loss.detach())
+            for hook in hooks:
+                hook(step)
     _final_report(context, services, rank)
 
 
@@ -148,7 +158,7 @@ def _reporter(context: LoopContext, services: Services, rank: int) -> FleetRepor
 
 
 def _step_hooks(context: LoopContext, services: Services, rank: int) -> list[StepHook]:
-    """What runs after each optimizer step (checkpointing plugs in here)."""
+    """What runs after each optimizer step besides checkpointing."""
     reporter = _reporter(context, services, rank)
     return [reporter.after_step] if reporter else []
 

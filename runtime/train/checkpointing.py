@@ -1,0 +1,164 @@
+"""Checkpointing as the driver and the train loop see it (seed §7.1).
+
+The driver makes local paths absolute (Ray Train workers run in a directory of their own)
+and picks the checkpoint to resume from once, so every rank loads the same one. The loop
+talks to a CheckpointManager: resume at start, save after steps, close at the end; every
+call is a no-op when checkpointing is off. Rank 0 also checkpoints the auxiliary services
+whose implementation keeps state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import RayError
+
+from runtime.aux.coordinator import AuxCoordinator
+from runtime.checkpoint.config import CheckpointConfig
+from runtime.checkpoint.manager import Checkpointer, CheckpointHook
+from runtime.checkpoint.storage import CheckpointError, CheckpointStore
+from runtime.checkpoint.training import TrainState
+from runtime.train.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The committed checkpoint a run continues from."""
+
+    uri: str
+    step: int
+
+
+def enabled(config: TrainConfig) -> CheckpointConfig | None:
+    """The checkpoint section when checkpointing is on."""
+    section = config.checkpoint
+    return section if section is not None and section.enabled else None
+
+
+def localize(config: TrainConfig) -> TrainConfig:
+    """The config with local checkpoint paths made absolute, relative to this process."""
+    section = config.checkpoint
+    if section is None:
+        return config
+    update = {"uri": _absolute(section.uri)}
+    if section.resume_from not in (None, "latest"):
+        update["resume_from"] = _absolute(section.resume_from)
+    return config.model_copy(update={"checkpoint": section.model_copy(update=update)})
+
+
+def _absolute(uri: str) -> str:
+    return uri if "://" in uri else str(Path(uri).expanduser().resolve())
+
+
+def find_resume_point(config: TrainConfig) -> ResumePoint | None:
+    """`checkpoint.resume_from` resolved now: the latest committed step, an explicit one,
+    or None for a fresh start."""
+    section = enabled(config)
+    if section is None:
+        return None
+    uri = CheckpointStore(section.uri).resolve(section.resume_from)
+    if uri is None:
+        return None
+    return ResumePoint(uri, int(os.path.basename(uri).removeprefix("step-")))
+
+
+def committed_steps(config: TrainConfig) -> list[int]:
+    """The committed steps under `checkpoint.uri`, oldest first."""
+    section = enabled(config)
+    if section is None:
+        return []
+    return sorted(step for step, ok in CheckpointStore(section.uri).steps().items() if ok)
+
+
+class CheckpointManager:
+    """What the train loop calls; a disabled manager does nothing."""
+
+    def __init__(
+        self,
+        config: CheckpointConfig | None,
+        state: TrainState,
+        hooks: Sequence[CheckpointHook] = (),
+    ) -> None:
+        self.checkpointer = (
+            Checkpointer(config, hooks=hooks) if config is not None and config.enabled else None
+        )
+        self.state = {"train": state}
+
+    def resume(self, point: ResumePoint | None) -> int:
+        """Load `point` into the training state (resharded by DCP); the last step done."""
+        if self.checkpointer is None or point is None:
+            return 0
+        step = self.checkpointer.load(self.state, resume_from=point.uri)
+        if self.checkpointer.rank == 0:
+            log.info("resumed from %s at step %s", point.uri, step)
+        return step or 0
+
+    def after_step(self, step: int) -> None:
+        """Surface a failed background write, then save when `step` is due."""
+        if self.checkpointer is None:
+            return
+        self.checkpointer.check()
+        if self.checkpointer.maybe_save(step, self.state) and self.checkpointer.rank == 0:
+            uri = self.checkpointer.config.uri
+            log.info("step %d: checkpoint staged, writing under %s", step, uri)
+
+    def close(self) -> None:
+        """Wait for the write in flight; raise if it failed."""
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if kind is None:
+            self.close()
+            return
+        try:  # the error already on its way out is the one to report
+            self.close()
+        except CheckpointError as error:
+            log.warning("while stopping after an error: %s", error)
+
+
+class AuxServiceHook:
+    """One auxiliary service's part of a checkpoint: worker i saves under `<uri>/worker-i`."""
+
+    def __init__(self, name: str, workers: Sequence[Any]) -> None:
+        self.name, self.workers = name, list(workers)
+
+    def save(self, step: int, uri: str) -> None:
+        """Every worker saves its state for `step`."""
+        self._each("save_checkpoint", uri)
+
+    def load(self, step: int, uri: str) -> None:
+        """Every worker restores the state saved under `uri`."""
+        self._each("load_checkpoint", uri)
+
+    def _each(self, method: str, uri: str) -> None:
+        calls = [
+            getattr(worker, method).remote(f"{uri}/worker-{index}")
+            for index, worker in enumerate(self.workers)
+        ]
+        try:
+            ray.get(calls)
+        except RayError as error:
+            raise CheckpointError(f"aux service {self.name!r}: {method} failed: {error}") from error
+
+
+def aux_hooks(coordinator: AuxCoordinator | None) -> list[AuxServiceHook]:
+    """Hooks for the services of this run that keep state (none off rank 0)."""
+    if coordinator is None:
+        return []
+    return [
+        AuxServiceHook(name, workers)
+        for name, workers in coordinator.actors.items()
+        if workers and ray.get(workers[0].checkpointable.remote())
+    ]
