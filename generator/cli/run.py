@@ -94,6 +94,8 @@ def _reason(error: Exception) -> str:
 
 def _print_result(result: Any) -> None:
     losses = result.losses
+    if not losses:  # resumed at or past run.steps: the driver has said so
+        return
     first, last = min(losses), max(losses)
     out_console.print(f"run {result.run_id} finished: world size {result.plan.world_size}, "
                       f"loss {losses[first]:.5f} (step {first}) -> {losses[last]:.5f} "

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from runtime.checkpoint.config import CheckpointConfig
@@ -33,6 +34,20 @@ class CheckpointHook(Protocol):
     def load(self, step: int, uri: str) -> None:
         """Restore the service's state saved under `uri`."""
         ...
+
+
+# DCP reports a failed write as a CheckpointException, which derives from BaseException.
+_WRITE_ERRORS = (Exception, CheckpointException)
+
+
+def _describe(error: BaseException) -> str:
+    """One line per failed rank instead of DCP's concatenated tracebacks."""
+    if not isinstance(error, CheckpointException):
+        return f"{type(error).__name__}: {error}"
+    return "; ".join(
+        f"rank {rank}: {type(cause).__name__}: {cause}"
+        for rank, (cause, _) in sorted(error.failures.items())
+    )
 
 
 def _distributed() -> bool:
@@ -88,7 +103,10 @@ class Checkpointer:
                 hook.save(step, f"{uri}/aux/{hook.name}")
         writer = FsspecWriter(uri) if self.store.remote else dcp.FileSystemWriter(uri)
         if not self.config.async_save:
-            dcp.save(state, storage_writer=writer, process_group=self.group)
+            try:
+                dcp.save(state, storage_writer=writer, process_group=self.group)
+            except _WRITE_ERRORS as exc:
+                raise self._failure(exc) from exc
             self._committed(step)
             return
         future = dcp.async_save(
@@ -105,7 +123,7 @@ class Checkpointer:
         try:
             done.result()
             self._committed(step)
-        except Exception as exc:
+        except _WRITE_ERRORS as exc:
             committed.set_exception(exc)
         else:
             committed.set_result(None)
@@ -130,10 +148,13 @@ class Checkpointer:
             return
         try:
             pending.result()
-        except Exception as exc:
-            raise CheckpointError(
-                f"writing a checkpoint under {self.config.uri}: {exc}"
-            ) from exc
+        except _WRITE_ERRORS as exc:
+            raise self._failure(exc) from exc
+
+    def _failure(self, error: BaseException) -> CheckpointError:
+        return CheckpointError(
+            f"writing a checkpoint under {self.config.uri} failed: {_describe(error)}"
+        )
 
     def load(self, state: dict[str, Any], resume_from: str | None = None) -> int | None:
         """Restore `state` in place (resharding to this run's layout); the step, or None."""

@@ -147,4 +147,14 @@ def _fit(config: TrainConfig, plan: CapacityPlan, context: LoopContext) -> None:
     try:
         trainer.fit()
     except Exception as error:  # Ray Train wraps every worker failure
-        raise RuntimeFailure(f"training run {context.run_id} failed: {error}") from error
+        message = describe_failure(error)
+        raise RuntimeFailure(f"training run {context.run_id} failed: {message}") from error
+
+
+def describe_failure(error: Exception) -> str:
+    """A rank's own runtime error (it says what went wrong) rather than Ray's wrapping."""
+    failures = getattr(error, "worker_failures", None) or {}
+    for rank, failure in sorted(failures.items()):
+        if isinstance(failure, RuntimeFailure):
+            return f"rank {rank}: {failure}"
+    return str(error)
