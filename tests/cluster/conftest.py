@@ -1,18 +1,17 @@
 """Fixtures: a copy of the repository (its own git history) and the Kubernetes API test double
-(see fake_apiserver.py: no real API server can run here) reached through a real kubeconfig."""
+(tests/doubles/kube_apiserver.py: no real API server can run here) reached through a real
+kubeconfig."""
 
 from __future__ import annotations
 
 import shutil
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import git
 import pytest
-import yaml
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fake_apiserver import FakeApiServer
+from tests.doubles.kube_apiserver import KubeApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 SKIP = {"generator", "runtime", "tests", "benchmarks", "build", "examples"}
@@ -43,15 +42,8 @@ def repo(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture
-def apiserver(tmp_path, monkeypatch):
-    with FakeApiServer() as server:
-        kubeconfig = {
-            "apiVersion": "v1", "kind": "Config", "current-context": CONTEXT,
-            "clusters": [{"name": "fake", "cluster": {"server": server.url}}],
-            "users": [{"name": "u", "user": {"token": "test-token"}}],
-            "contexts": [{"name": CONTEXT, "context": {"cluster": "fake", "user": "u"}}],
-        }
-        path = tmp_path / "kubeconfig"
-        path.write_text(yaml.safe_dump(kubeconfig))
+def apiserver(tmp_path, monkeypatch) -> Iterator[KubeApiServer]:
+    with KubeApiServer() as server:
+        path = server.write_kubeconfig(tmp_path / "kubeconfig", CONTEXT)
         monkeypatch.setenv("KUBECONFIG", str(path))
         yield server

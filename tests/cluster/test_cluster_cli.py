@@ -1,5 +1,5 @@
 """Every cluster command of `gkr` through the real `kubernetes` client against the Kubernetes
-API test double (tests/cluster/fake_apiserver.py; no API server can run on these machines)."""
+API test double (tests/doubles/kube_apiserver.py; no API server can run on these machines)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from pathlib import Path
 
 import git
 import pytest
-from conftest import CONTEXT
 from typer.testing import CliRunner
 
 from generator.catalog import Catalog
@@ -20,6 +19,7 @@ from generator.cluster.kubectl import Kubectl, select_pod
 from generator.errors import GkrError
 from generator.tree import render_tree
 from generator.validate import validate_tree
+from tests.cluster.conftest import CONTEXT
 
 runner = CliRunner()
 NS = "team-llm"
@@ -59,9 +59,9 @@ def test_submit_applies_with_server_side_apply_and_reapplies(repo, apiserver):
     obj = apiserver.get("ray.io", "rayjobs", NS, "train-a")
     assert obj["metadata"]["annotations"]["gkr.dev/owner"] == "tester@reve.ai"
     assert obj["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "gkr-preemptible"
-    method, path, content_type = apiserver.store.requests[0]
-    assert (method, content_type) == ("PATCH", "application/apply-patch+yaml")
-    assert "fieldManager=gkr" in path
+    first = apiserver.requests[0]
+    assert (first.method, first.content_type) == ("PATCH", "application/apply-patch+yaml")
+    assert first.query["fieldManager"] == "gkr"
     again = gkr(*SUBMIT, "--pods", "3")
     assert again.exit_code == 0
     assert apiserver.get("ray.io", "rayjobs", NS, "train-a")["metadata"]["generation"] == 2
@@ -93,7 +93,7 @@ def test_dry_run_prints_manifests_and_ships_the_working_dir(repo, apiserver, tmp
     git.Repo.init(code).index.add(["train.py", ".gitignore"])
     result = gkr(*SUBMIT, "--working-dir", str(code), "--dry-run")
     assert result.exit_code == 0 and "kind: RayJob" in result.output
-    assert "file://" in result.output and not apiserver.store.requests
+    assert "file://" in result.output and not apiserver.requests
     applied = gkr(*SUBMIT, "--working-dir", str(code))
     assert applied.exit_code == 0
     runtime_env = apiserver.get("ray.io", "rayjobs", NS, "train-a")["spec"]["runtimeEnvYAML"]
@@ -114,7 +114,7 @@ def test_gitops_branch_renders_and_validates(repo, apiserver, tmp_path):
     assert "kustomize/overlays/usc1-prod/jobs/team-llm/train-a.yaml" in changed
     catalog = Catalog(repo)
     assert validate_tree(render_tree(repo, catalog), catalog, kustomize=True) > 0
-    assert not apiserver.store.requests
+    assert not apiserver.requests
 
 
 def test_list_status_logs_and_delete(repo, apiserver):
@@ -174,9 +174,9 @@ def test_check_runs_a_preflight_job_on_the_node_and_reads_its_result(repo, apise
 
     def controller():  # plays the Job controller and the kubelet
         for _ in range(100):
-            jobs = [k for k in apiserver.store.objects if k[1] == "jobs"]
+            jobs = apiserver.objects("batch", "jobs")
             if jobs:
-                job = apiserver.store.objects[jobs[0]]
+                job = jobs[0]
                 label = job["metadata"]["labels"]["gkr.dev/job"]
                 apiserver.put(pod("check-pod", "job", job=label, phase="Failed", node="gpu-7"))
                 apiserver.set_log(NS, "check-pod", "main", "starting\n" + json.dumps(result))
@@ -186,7 +186,7 @@ def test_check_runs_a_preflight_job_on_the_node_and_reads_its_result(repo, apise
     threading.Thread(target=controller, daemon=True).start()
     out = gkr("check", "gpu-7", "--cluster", "usc1-prod", "-n", NS, "--timeout", "30")
     assert out.exit_code == 5 and "fallen off the bus" in out.output
-    job = next(m for m in apiserver.store.history if m[2] == ("batch", "jobs"))[3]
+    job = apiserver.history("batch", "jobs")[0].object
     container = job["spec"]["template"]["spec"]["containers"][0]
     expect = json.loads(next(e["value"] for e in container["env"] if e["name"] == "GKR_PREFLIGHT"))
     assert expect["gpus"] == 8 and expect["transport_env"]

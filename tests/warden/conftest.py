@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from temporalio.testing import WorkflowEnvironment
-from warden_doubles import FakeGcp, FakeKube, FakePrometheus
 
 from runtime.warden.config import WardenConfig, parse_config
 from runtime.warden.worker import build_worker, ensure_sweeps, real_seams
+from tests.doubles.kube_apiserver import KubeApiServer
+from tests.warden.warden_doubles import CheckJobs, FakeGcp, FakePrometheus
 
 
 class Loop:
@@ -62,23 +62,26 @@ def temporal(loop: Loop) -> Iterator[WorkflowEnvironment]:
 
 
 @pytest.fixture
-def doubles() -> Iterator[tuple[FakeKube, FakePrometheus, FakeGcp]]:
-    kube, prom = FakeKube(), FakePrometheus()
+def kube() -> Iterator[KubeApiServer]:
+    """The Kubernetes API test double (no API server can run here)."""
+    with KubeApiServer() as server:
+        yield server
+
+
+@pytest.fixture
+def check_jobs(kube: KubeApiServer) -> CheckJobs:
+    """The Job controller and kubelet of Warden's check Jobs; a test may change `plan`."""
+    return CheckJobs(kube)
+
+
+@pytest.fixture
+def doubles(kube: KubeApiServer,
+            check_jobs: CheckJobs) -> Iterator[tuple[KubeApiServer, FakePrometheus, FakeGcp]]:
+    prom = FakePrometheus()
     gcp = FakeGcp(kube=kube)
     yield kube, prom, gcp
-    for server in (kube, prom, gcp):
+    for server in (prom, gcp):
         server.close()
-
-
-def write_kubeconfig(path: Path, server: str) -> Path:
-    """A kubeconfig that points the real `kubernetes` client at the double."""
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "double",
-        "clusters": [{"name": "double", "cluster": {"server": server}}],
-        "users": [{"name": "warden", "user": {"token": "test-token"}}],
-        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "warden"}}],
-    }))
-    return path
 
 
 def fast_config(temporal: WorkflowEnvironment, doubles: tuple, tmp_path: Path,
@@ -88,7 +91,7 @@ def fast_config(temporal: WorkflowEnvironment, doubles: tuple, tmp_path: Path,
     address = temporal.client.service_client.config.target_host
     raw: dict[str, Any] = {
         "temporal": {"address": address, "task_queue": f"warden-{uuid.uuid4().hex[:8]}"},
-        "kubernetes": {"kubeconfig": str(write_kubeconfig(tmp_path / "kubeconfig", kube.url))},
+        "kubernetes": {"kubeconfig": str(kube.write_kubeconfig(tmp_path / "kubeconfig"))},
         "prometheus": {"url": prom.url},
         "cloud": {"compute_url": gcp.url, "metadata_url": gcp.url},
         "detection": {"interval_s": 0.5},

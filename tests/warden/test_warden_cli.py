@@ -1,6 +1,6 @@
 """`gkr warden status` and `gkr warden history` read a real Temporal dev server.
 
-Node annotations come from the Kubernetes HTTP double (no API server runs here).
+Node annotations come from the Kubernetes API test double (no API server runs here).
 """
 
 from __future__ import annotations
@@ -10,20 +10,21 @@ import sys
 
 import pytest
 import yaml
-from conftest import RunningWorker, fast_config
-from test_warden_flow import result
 from typer.testing import CliRunner
 
 from generator.cli import app, main
 from runtime.warden.model import Trigger
 from runtime.warden.triggers import trigger_node
+from tests.warden.conftest import RunningWorker, fast_config
+from tests.warden.test_warden_flow import result
+from tests.warden.warden_doubles import gpu_node
 
 pytestmark = pytest.mark.slow
 
 
 def test_status_and_history_show_phases_incidents_and_memory(loop, temporal, doubles, tmp_path):
     kube, _, _ = doubles
-    kube.add_node("gpu-cli")
+    kube.put(gpu_node("gpu-cli"))
     config = fast_config(temporal, doubles, tmp_path)
     worker = RunningWorker(loop, temporal, config, sweeps=False)
     try:

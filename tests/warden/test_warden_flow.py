@@ -1,7 +1,8 @@
 """Warden end to end against a real Temporal dev server and HTTP doubles of the cluster.
 
 The Kubernetes API, Prometheus over DCGM exporters and Compute Engine cannot run here; they
-are HTTP doubles (see warden_doubles.py) that Warden's real clients talk to.
+are HTTP doubles (tests/doubles/kube_apiserver.py, warden_doubles.py) that Warden's real
+clients talk to.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import RunningWorker, fast_config
 from temporalio.client import WorkflowExecutionStatus
 
 from runtime.warden import memory
 from runtime.warden.model import Incident, ShrinkRequest, Trigger, node_workflow_id
 from runtime.warden.triggers import request_shrink, trigger_node
+from tests.warden.conftest import RunningWorker, fast_config
+from tests.warden.warden_doubles import gpu_node, running_pod
 
 pytestmark = pytest.mark.slow
 
@@ -41,8 +43,17 @@ def result(loop, temporal, node: str) -> Incident:
     return loop.run(handle.result())
 
 
+def node_of(kube, name: str) -> dict:
+    return kube.get("", "nodes", "", name)
+
+
 def notes(kube, node: str) -> dict[str, str]:
-    return kube.nodes[node]["metadata"].get("annotations", {})
+    return node_of(kube, node)["metadata"].get("annotations", {})
+
+
+def patches(kube, node: str) -> list:
+    """The PATCH requests Warden sent for a node, oldest first."""
+    return kube.requests_to("PATCH", f"/api/v1/nodes/{node}")
 
 
 @pytest.fixture
@@ -55,8 +66,8 @@ def warden(loop, temporal, doubles, tmp_path):
 
 def test_definite_fault_cordons_with_memory_and_recovers(loop, temporal, doubles, warden):
     kube, prom, gcp = doubles
-    kube.add_node("gpu-a")
-    kube.add_node("gpu-noisy")
+    kube.put(gpu_node("gpu-a"))
+    kube.put(gpu_node("gpu-noisy"))
     for gpu in range(8):  # noise below every threshold on the other node
         prom.set("DCGM_FI_DEV_GPU_TEMP", "gpu-noisy", gpu, 85)
         prom.set("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "gpu-noisy", gpu, 99)
@@ -66,7 +77,7 @@ def test_definite_fault_cordons_with_memory_and_recovers(loop, temporal, doubles
     injected = time.time()
     prom.set("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "gpu-a", 5, 1)
     cordon = wait_for("the cordon", lambda: [
-        c for c in kube.patches("gpu-a") if (c.body.get("spec") or {}).get("unschedulable")])
+        c for c in patches(kube, "gpu-a") if (c.body.get("spec") or {}).get("unschedulable")])
     latency = cordon[0].at - injected
     print(f"\ndetection-to-cordon latency: {latency:.3f} s (sweep interval 0.5 s)")
 
@@ -79,26 +90,27 @@ def test_definite_fault_cordons_with_memory_and_recovers(loop, temporal, doubles
     incident = result(loop, temporal, "gpu-a")
     assert incident.phase == "healthy"
     assert gcp.executions("reset") == ["gpu-a"]
-    assert not kube.nodes["gpu-a"]["spec"].get("unschedulable")
+    assert not node_of(kube, "gpu-a")["spec"].get("unschedulable")
     assert notes(kube, "gpu-a")[memory.RECENT] == "1"  # the memory outlives the incident
-    assert kube.patches("gpu-noisy") == []
+    assert patches(kube, "gpu-noisy") == []
 
 
-def test_ambiguous_fault_runs_the_check_and_decides(loop, temporal, doubles, warden):
+def test_ambiguous_fault_runs_the_check_and_decides(loop, temporal, doubles, check_jobs,
+                                                     warden):
     kube, prom, _ = doubles
-    kube.job_plan = lambda node, argv: (
+    check_jobs.plan = lambda node, argv: (
         (node != "gpu-bad" or argv[0] == "dcgmi"),
         '{"findings": ["nccl all-reduce bandwidth 12 GB/s < 300"]}', 0.0)
-    kube.add_node("gpu-bad")
-    kube.add_node("gpu-fine")
+    kube.put(gpu_node("gpu-bad"))
+    kube.put(gpu_node("gpu-fine"))
     prom.set("DCGM_FI_DEV_XID_ERRORS", "gpu-bad", 0, 74)
     prom.set("DCGM_FI_DEV_XID_ERRORS", "gpu-fine", 1, 74)
 
     cleared = result(loop, temporal, "gpu-fine")
     assert cleared.phase == "cleared"
-    assert kube.patches("gpu-fine") == []
+    assert patches(kube, "gpu-fine") == []
 
-    wait_for("the cordon", lambda: kube.nodes["gpu-bad"]["spec"].get("unschedulable"))
+    wait_for("the cordon", lambda: node_of(kube, "gpu-bad")["spec"].get("unschedulable"))
     assert "nccl all-reduce" in notes(kube, "gpu-bad")[memory.REASON]
     prom.set("DCGM_FI_DEV_XID_ERRORS", "gpu-bad", 0, 0)
     prom.set("DCGM_FI_DEV_XID_ERRORS", "gpu-fine", 1, 0)
@@ -107,8 +119,9 @@ def test_ambiguous_fault_runs_the_check_and_decides(loop, temporal, doubles, war
 
 def test_two_triggers_for_one_node_share_one_workflow(loop, temporal, doubles, tmp_path):
     kube, _, _ = doubles
-    kube.add_node("gpu-twice")
-    kube.add_pod("team-a", "trainer-0", "gpu-twice", owner="RayCluster")  # holds recovery
+    kube.put(gpu_node("gpu-twice"))
+    # A RayCluster pod holds the recovery.
+    kube.put(running_pod("team-a", "trainer-0", "gpu-twice", owner="RayCluster"))
     config = fast_config(temporal, doubles, tmp_path)
     fault = Trigger("fault", "Xid 79", "test")
     first = loop.run(trigger_node(temporal.client, config, "gpu-twice", fault))
@@ -124,7 +137,7 @@ def test_two_triggers_for_one_node_share_one_workflow(loop, temporal, doubles, t
     query = f'WorkflowId = "{node_workflow_id("gpu-twice")}"'
     runs = loop.run(_collect(temporal.client.list_workflows(query)))
     assert len(runs) == 1
-    assert len([c for c in kube.patches("gpu-twice") if c.body.get("spec")]) == 1
+    assert len([c for c in patches(kube, "gpu-twice") if c.body.get("spec")]) == 1
 
 
 async def _collect(iterator) -> list:
@@ -136,7 +149,7 @@ def test_repeated_cordons_escalate_to_cloud_repair(loop, temporal, doubles, ward
     now = time.time()
     old = now - 30 * 86400  # outside the 7-day window: forgotten
     history = ",".join(f"{t:.0f}" for t in (old, now - 3600, now - 60))
-    kube.add_node("gpu-repeat", **{memory.CORDONS: history})
+    kube.put(gpu_node("gpu-repeat", **{memory.CORDONS: history}))
     loop.run(trigger_node(temporal.client, warden, "gpu-repeat",
                           Trigger("fault", "Xid 48", "test")))
     incident = result(loop, temporal, "gpu-repeat")
@@ -148,41 +161,42 @@ def test_repeated_cordons_escalate_to_cloud_repair(loop, temporal, doubles, ward
 
 def test_drain_notifies_waits_then_evicts_only_preemptible_jobs(loop, temporal, doubles, warden):
     kube, _, gcp = doubles
-    kube.add_node("gpu-drain")
-    kube.add_pod("team-b", "sweep-7", "gpu-drain", owner="Job", priority="gkr-preemptible")
-    kube.add_pod("kube-system", "nvidia-driver", "gpu-drain", owner="DaemonSet")
-    kube.add_node("gpu-busy")
-    kube.add_pod("team-a", "ray-worker-3", "gpu-busy", owner="RayCluster")
+    kube.put(gpu_node("gpu-drain"))
+    kube.put(running_pod("team-b", "sweep-7", "gpu-drain", owner="Job",
+                         priority="gkr-preemptible"))
+    kube.put(running_pod("kube-system", "nvidia-driver", "gpu-drain", owner="DaemonSet"))
+    kube.put(gpu_node("gpu-busy"))
+    kube.put(running_pod("team-a", "ray-worker-3", "gpu-busy", owner="RayCluster"))
     for node in ("gpu-drain", "gpu-busy"):
         loop.run(trigger_node(temporal.client, warden, node, Trigger("fault", "Xid 79", "t")))
 
     assert result(loop, temporal, "gpu-drain").phase == "healthy"
-    event = next(e for e in kube.events if e["reason"] == "WardenDrainScheduled")
+    event = next(e for e in kube.objects("", "events") if e["reason"] == "WardenDrainScheduled")
     assert event["involvedObject"]["name"] == "sweep-7"
-    evicted = next(c for c in kube.calls if c.path.endswith("/eviction"))
-    notified = next(c for c in kube.calls if c.path.endswith("/events") and c.method == "POST")
+    evicted = next(c for c in kube.requests if c.path.endswith("/eviction"))
+    notified = next(c for c in kube.requests if c.path.endswith("/events") and c.method == "POST")
     assert evicted.at - notified.at >= 1.0  # the grace period
-    assert "kube-system/nvidia-driver" in kube.pods
+    assert kube.get("", "pods", "kube-system", "nvidia-driver") is not None
 
     assert result(loop, temporal, "gpu-busy").phase == "waiting-for-workloads"
     assert "gpu-busy" not in gcp.executions("reset")
-    del kube.pods["team-a/ray-worker-3"]  # the user's job ends; the recovery sweep resumes
+    kube.delete("", "pods", "team-a", "ray-worker-3")  # the job ends; the recovery sweep resumes
     wait_for("reboot after the job ended", lambda: "gpu-busy" in gcp.executions("reset"))
-    wait_for("uncordon", lambda: not kube.nodes["gpu-busy"]["spec"].get("unschedulable"))
+    wait_for("uncordon", lambda: not node_of(kube, "gpu-busy")["spec"].get("unschedulable"))
 
 
 def test_shrink_is_idempotent_per_request_id(loop, temporal, doubles, warden):
     kube, _, _ = doubles
-    kube.rayclusters["team-a/run-1"] = {
+    kube.put({
         "apiVersion": "ray.io/v1", "kind": "RayCluster",
         "metadata": {"name": "run-1", "namespace": "team-a", "resourceVersion": "7"},
         "spec": {"workerGroupSpecs": [
             {"groupName": "gpu", "replicas": 16, "minReplicas": 16, "maxReplicas": 16}]},
-    }
+    })
     request = ShrinkRequest("ft-42", "team-a", "run-1", "gpu", 2, ["run-1-gpu-worker-x"])
     first = loop.run(request_shrink(temporal.client, warden, request))
     again = loop.run(request_shrink(temporal.client, warden, request))
-    group = kube.rayclusters["team-a/run-1"]["spec"]["workerGroupSpecs"][0]
+    group = kube.get("ray.io", "rayclusters", "team-a", "run-1")["spec"]["workerGroupSpecs"][0]
     assert (first.applied, first.replicas) == (True, 14)
     assert (again.applied, again.replicas) == (False, 14)
     assert group["replicas"] == 14 and group["minReplicas"] == 14

@@ -2,7 +2,8 @@
 
 The worker runs as `python -m runtime.warden` in a child process that the test kills with
 SIGKILL while the stress test runs (after the reboot). Kubernetes, Prometheus and Compute
-Engine are HTTP doubles (warden_doubles.py); Temporal is the real dev server.
+Engine are HTTP doubles (tests/doubles/kube_apiserver.py, warden_doubles.py); Temporal is the
+real dev server.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import fast_config
-from test_warden_flow import result, wait_for
 
 from runtime.warden.model import Trigger
 from runtime.warden.triggers import trigger_node
+from tests.warden.conftest import fast_config
+from tests.warden.test_warden_flow import result, wait_for
+from tests.warden.warden_doubles import gpu_node
 
 pytestmark = pytest.mark.slow
 
@@ -33,11 +35,13 @@ def start_worker(config_path: Path, log: Path) -> subprocess.Popen:
         )
 
 
-def test_killed_worker_resumes_without_a_second_reboot(loop, temporal, doubles, tmp_path):
+def test_killed_worker_resumes_without_a_second_reboot(loop, temporal, doubles, check_jobs,
+                                                        tmp_path):
     kube, _, gcp = doubles
-    kube.add_node("gpu-kill")
+    kube.put(gpu_node("gpu-kill"))
     # The stress test runs long enough to kill the worker while it waits on it.
-    kube.job_plan = lambda node, argv: (True, '{"findings": []}', 6.0 if argv[0] == "dcgmi" else 0)
+    check_jobs.plan = lambda node, argv: (
+        True, '{"findings": []}', 6.0 if argv[0] == "dcgmi" else 0)
     config = fast_config(temporal, doubles, tmp_path)
     config_path = tmp_path / "warden.yaml"
     config_path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
@@ -49,7 +53,7 @@ def test_killed_worker_resumes_without_a_second_reboot(loop, temporal, doubles, 
                               Trigger("fault", "Xid 79", "test")))
         wait_for("the stress test to start", lambda: any(
             j["spec"]["template"]["spec"]["containers"][0]["command"][0] == "dcgmi"
-            for j in kube.jobs.values()), timeout=90)
+            for j in kube.objects("batch", "jobs")), timeout=90)
         assert gcp.executions("reset") == ["gpu-kill"]
     finally:
         os.kill(first.pid, signal.SIGKILL)
@@ -70,6 +74,6 @@ def test_killed_worker_resumes_without_a_second_reboot(loop, temporal, doubles, 
     resets = [c for c in gcp.calls if c.path.endswith("/gpu-kill/reset")]
     assert len(resets) == 1  # not even a de-duplicated second request
     assert gcp.executions("reset") == ["gpu-kill"]
-    stress_jobs = [j for j in kube.jobs.values()
+    stress_jobs = [j for j in kube.objects("batch", "jobs")
                    if j["spec"]["template"]["spec"]["containers"][0]["command"][0] == "dcgmi"]
     assert len(stress_jobs) == 1  # the retried activity joined the Job already running

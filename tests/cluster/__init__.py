@@ -1,0 +1,1 @@
+"""`gkr` cluster commands, preflight and sentinel tests."""

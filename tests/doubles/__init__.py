@@ -1,0 +1,1 @@
+"""Test doubles shared by several suites, for parts that cannot run on these machines."""

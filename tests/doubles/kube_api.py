@@ -1,0 +1,176 @@
+"""What the Kubernetes API test double serves and answers: resources, selectors, Status errors.
+
+Facts from the Kubernetes API reference (https://kubernetes.io/docs/reference/using-api/) and
+the field selectors each kind registers (pkg/registry/core/{pod,event}/strategy.go).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+Json = dict[str, Any]
+Key = tuple[str, str, str, str]  # group, plural, namespace ("" when cluster-scoped), name
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+PATH = re.compile(
+    r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
+)
+
+# Field selector -> path in the object, beyond metadata.name and metadata.namespace.
+POD_FIELDS = {f: f for f in ("spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+                             "spec.serviceAccountName", "status.phase", "status.podIP",
+                             "status.nominatedNodeName")}
+EVENT_FIELDS = {
+    **{f"involvedObject.{f}": f"involvedObject.{f}" for f in (
+        "kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")},
+    "reason": "reason", "reportingComponent": "reportingComponent", "type": "type",
+    "source": "source.component",
+}
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One served resource."""
+
+    kind: str
+    namespaced: bool = True
+    status: bool = True  # a status subresource: only controllers write `status`
+    builtin: bool = True  # strategic merge patch needs a built-in kind's Go types
+    fields: tuple[tuple[str, str], ...] = ()  # extra field selectors: (name, object path)
+
+
+SERVED: dict[tuple[str, str], Resource] = {
+    ("", "pods"): Resource("Pod", fields=tuple(POD_FIELDS.items())),
+    ("", "events"): Resource("Event", status=False, fields=tuple(EVENT_FIELDS.items())),
+    ("", "nodes"): Resource("Node", namespaced=False),
+    ("apps", "deployments"): Resource("Deployment"),
+    ("batch", "jobs"): Resource("Job"),
+    ("ray.io", "rayjobs"): Resource("RayJob", builtin=False),
+    ("ray.io", "rayclusters"): Resource("RayCluster", builtin=False),
+    ("kueue.x-k8s.io", "workloads"): Resource("Workload", builtin=False),
+}
+
+
+class Change(NamedTuple):
+    """One recorded change, as a watch reports it."""
+
+    version: int
+    type: str  # ADDED, MODIFIED or DELETED
+    resource: tuple[str, str]  # group, plural
+    object: Json
+
+
+class ApiError(Exception):
+    """A failure the double answers with a `Status` body and the real code and reason."""
+
+    def __init__(self, code: int, reason: str, message: str, details: Json | None = None):
+        super().__init__(message)
+        self.code, self.reason, self.details = code, reason, details or {}
+
+    def status(self) -> Json:
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": str(self), "reason": self.reason, "details": self.details,
+                "code": self.code}
+
+
+def resource_name(group: str, plural: str) -> str:
+    return f"{plural}.{group}" if group else plural
+
+
+def not_found(key: Key) -> ApiError:
+    group, plural, _, name = key
+    return ApiError(404, "NotFound", f'{resource_name(group, plural)} "{name}" not found',
+                    {"name": name, "group": group, "kind": plural})
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def label_selected(obj: Json, selector: str | None) -> bool:
+    """Equality-based label selectors (`a=b`, `a==b`, `a!=b`) and existence (`a`, `!a`)."""
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for term in filter(None, (selector or "").split(",")):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if labels.get(key) != value:
+                return False
+        elif (term[1:] in labels) if term.startswith("!") else (term not in labels):
+            return False
+    return True
+
+
+FieldTerm = tuple[str, str, bool]  # object path, value, negated
+
+
+def field_terms(resource: Resource, selector: str | None) -> list[FieldTerm]:
+    """A field selector over the fields the kind registers; any other field is a 400."""
+    fields = {"metadata.name": "metadata.name", "metadata.namespace": "metadata.namespace",
+              **dict(resource.fields)}
+    terms = []
+    for term in filter(None, (selector or "").split(",")):
+        negate = "!=" in term
+        name, value = term.replace("!=", "=").replace("==", "=").split("=", 1)
+        if name not in fields:
+            raise bad_request(f"field label not supported: {name}")
+        terms.append((fields[name], value, negate))
+    return terms
+
+
+def fields_match(obj: Json, terms: list[FieldTerm]) -> bool:
+    return all((_lookup(obj, path) == value) != negate for path, value, negate in terms)
+
+
+def _lookup(obj: Json, path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def validate(key: Key, body: Json, version: str) -> None:
+    """What the server checks of a created or applied object: kind, version, name, namespace."""
+    resource = SERVED[key[:2]]
+    expected = f"{key[0]}/{version}" if key[0] else version
+    # The request's path supplies a missing kind or apiVersion, as the server's decoder does.
+    body.setdefault("kind", resource.kind)
+    body.setdefault("apiVersion", expected)
+    if body["kind"] != resource.kind or body["apiVersion"] != expected:
+        raise bad_request(f"the API version in the data ({body.get('apiVersion')}) does not "
+                          f"match the expected API version ({expected}) or kind "
+                          f"({resource.kind})")
+    meta = body.get("metadata") or {}
+    if not resource.namespaced:  # cleared, as the server does for cluster-scoped kinds
+        meta.pop("namespace", None)
+    if meta.get("namespace") not in (None, key[2]):
+        raise bad_request("the namespace of the provided object does not match the namespace "
+                          "sent on the request")
+    causes = _name_causes(key, meta.get("name", ""))
+    if causes:
+        name = meta.get("name", "")
+        raise ApiError(422, "Invalid", f'{resource.kind}.{key[0] or "core"} "{name}" is '
+                       "invalid: " + ", ".join(causes),
+                       {"name": name, "kind": resource.kind,
+                        "causes": [{"message": c} for c in causes]})
+    if resource.namespaced:
+        meta["namespace"] = key[2]
+
+
+def _name_causes(key: Key, name: str) -> list[str]:
+    if not name:
+        return ["metadata.name: Required value: name or generateName is required"]
+    causes = []
+    if not DNS_SUBDOMAIN.match(name) or len(name) > 253:
+        causes.append(f'metadata.name: Invalid value: "{name}": a lowercase RFC 1123 '
+                      "subdomain must consist of lower case alphanumeric characters, '-' "
+                      "or '.'")
+    if name != key[3]:
+        causes.append(f'metadata.name: Invalid value: "{name}": the name of the object '
+                      f"({name}) does not match the name on the URL ({key[3]})")
+    return causes

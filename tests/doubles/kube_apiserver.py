@@ -1,0 +1,324 @@
+"""A TEST DOUBLE of the Kubernetes API server: no real API server can run on these machines.
+
+One double serves every suite that talks to Kubernetes (`gkr`'s cluster commands, Warden). It
+is a real HTTP server on loopback (kube_http.py) that the real `kubernetes` client reaches
+through a real kubeconfig, and it answers the subset of the API those clients use as the real
+server does (https://kubernetes.io/docs/reference/using-api/):
+
+* the resources of `kube_api.SERVED`, namespaced and cluster-scoped (nodes); lists across all
+  namespaces (`/api/v1/pods`); resourceVersion, uid, creationTimestamp and generation kept;
+* create (POST, `generateName` too), get, list and watch with label selectors and the field
+  selectors each kind registers (400 for any other field), delete;
+* PATCH as JSON merge patch, strategic merge patch (built-in kinds; 415 for custom resources,
+  as the real server) and JSON patch (kube_patch.py); a `metadata.resourceVersion` the patch
+  sets is a precondition (409 Conflict when stale);
+* server-side apply: `application/apply-patch+yaml`, `fieldManager` required (400 otherwise),
+  managedFields per manager, 409 Conflict when another manager owns a field with another
+  value unless `force=true`;
+* the status subresource's rule: creating, patching or applying the main resource leaves
+  `status` as it was; only controllers (the tests, through `put`) write it;
+* `pods/eviction` (policy/v1 Eviction): the pod is deleted at once, since no PodDisruptionBudget
+  and no kubelet run here to make the deletion graceful;
+* watch (`?watch=true`): a chunked stream of ADDED/MODIFIED/DELETED after a resourceVersion,
+  closed after `timeoutSeconds`; pod logs (`/log`: `container`, `follow`, `tailLines`);
+* failures as `Status` bodies with the real codes and reasons (404 NotFound, 405
+  MethodNotAllowed, 409 AlreadyExists and Conflict, 422 Invalid, 400 BadRequest,
+  415 UnsupportedMediaType).
+
+Every request is recorded in `requests`. Tests play the controllers and kubelets: they write
+objects with `put` and `delete`, feed logs with `set_log`, and react to what clients did
+through `history` and `wait_changes`.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.doubles.kube_api import (
+    SERVED,
+    ApiError,
+    Change,
+    Json,
+    Key,
+    bad_request,
+    field_terms,
+    fields_match,
+    label_selected,
+    not_found,
+    resource_name,
+    validate,
+)
+from tests.doubles.kube_http import Request, make_handler
+from tests.doubles.kube_patch import merge_patch
+
+# The alphabet of generateName suffixes (k8s.io/apimachinery/pkg/util/rand: no vowels).
+_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
+EVICTION_VERSIONS = ("policy/v1", "policy/v1beta1")
+
+
+class KubeApiServer:
+    """The double, serving from construction; use as a context manager or call `close()`."""
+
+    def __init__(self) -> None:
+        self.store: dict[Key, Json] = {}
+        self.owners: dict[Key, dict[str, dict[str, Any]]] = {}
+        self.changes: list[Change] = []
+        self.logs: dict[tuple[str, str, str], list[str]] = {}
+        self.open_logs: set[tuple[str, str, str]] = set()
+        self.requests: list[Request] = []
+        self.version = 0
+        self.closed = False
+        self.changed = threading.Condition()
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(self))
+        self.http.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def __enter__(self) -> KubeApiServer:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self.changed:
+            self.closed = True
+            self.open_logs.clear()
+            self.changed.notify_all()
+        self.http.shutdown()
+        self.http.server_close()
+
+    def write_kubeconfig(self, path: Path, context: str = "double") -> Path:
+        """A kubeconfig whose context points a real client at this double (bearer token)."""
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": context,
+            "clusters": [{"name": "double", "cluster": {"server": self.url}}],
+            "users": [{"name": "tester", "user": {"token": "test-token"}}],
+            "contexts": [{"name": context, "context": {"cluster": "double", "user": "tester"}}],
+        }))
+        return path
+
+    # ---- what tests do, as controllers and kubelets --------------------------------------
+    def put(self, obj: Json) -> Json:
+        """Create or replace an object, status included, as a controller would."""
+        group = obj["apiVersion"].rpartition("/")[0]
+        plural = next(p for (g, p), r in SERVED.items() if g == group and r.kind == obj["kind"])
+        meta = obj["metadata"]
+        key = (group, plural, meta.get("namespace", ""), meta["name"])
+        with self.changed:
+            old = self.store.get(key)
+            return copy.deepcopy(self._save(key, copy.deepcopy(obj), old))
+
+    def get(self, group: str, plural: str, namespace: str, name: str) -> Json | None:
+        with self.changed:
+            return copy.deepcopy(self.store.get((group, plural, namespace, name)))
+
+    def objects(self, group: str, plural: str, namespace: str | None = None) -> list[Json]:
+        """The stored objects of a resource (in one namespace when given), by key."""
+        with self.changed:
+            return [copy.deepcopy(obj) for (g, p, ns, _), obj in sorted(self.store.items())
+                    if (g, p) == (group, plural) and namespace in (None, ns)]
+
+    def delete(self, group: str, plural: str, namespace: str, name: str) -> Json:
+        """Remove an object, as its controller or a garbage collector would."""
+        return copy.deepcopy(self.remove((group, plural, namespace, name)))
+
+    def history(self, group: str, plural: str) -> list[Change]:
+        with self.changed:
+            return [c for c in self.changes if c.resource == (group, plural)]
+
+    def wait_changes(self, after: int, resource: tuple[str, str], timeout: float) -> list[Change]:
+        """The changes of a resource after a version, waiting up to `timeout` for one."""
+        def found() -> list[Change]:
+            return [c for c in self.changes if c.version > after and c.resource == resource]
+
+        with self.changed:
+            self.changed.wait_for(lambda: self.closed or found(), timeout)
+            return found()
+
+    def requests_to(self, method: str, path: str) -> list[Request]:
+        return [r for r in list(self.requests) if (r.method, r.path) == (method, path)]
+
+    def set_log(self, namespace: str, pod: str, container: str, text: str,
+                follow: bool = False) -> None:
+        with self.changed:
+            self.logs[(namespace, pod, container)] = text.splitlines(keepends=True)
+            if follow:
+                self.open_logs.add((namespace, pod, container))
+            self.changed.notify_all()
+
+    def append_log(self, namespace: str, pod: str, container: str, text: str,
+                   end: bool = False) -> None:
+        with self.changed:
+            self.logs[(namespace, pod, container)] += text.splitlines(keepends=True)
+            if end:
+                self.open_logs.discard((namespace, pod, container))
+            self.changed.notify_all()
+
+    # ---- the API verbs (kube_http.py calls these) ----------------------------------------
+    def read(self, key: Key) -> Json:
+        with self.changed:
+            if key not in self.store:
+                raise not_found(key)
+            return copy.deepcopy(self.store[key])
+
+    def select(self, key: Key, labels: str | None, fields: str | None) -> tuple[list[Json], int]:
+        """List: the objects of the key's resource and namespace ("" is all) that match."""
+        terms = field_terms(SERVED[key[:2]], fields)
+        with self.changed:
+            items = [copy.deepcopy(obj) for k, obj in sorted(self.store.items())
+                     if k[:2] == key[:2] and key[2] in ("", k[2])
+                     and label_selected(obj, labels) and fields_match(obj, terms)]
+            return items, self.version
+
+    def create(self, key: Key, body: Json, version: str) -> Json:
+        """POST: the name comes from the body (or its generateName); 409 when taken."""
+        meta = body.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + "".join(random.choices(_SUFFIX, k=5))
+        full = (*key[:3], meta.get("name", ""))
+        validate(full, body, version)
+        _keep_status(full, body, None)
+        with self.changed:
+            if full in self.store:
+                raise ApiError(409, "AlreadyExists",
+                               f'{resource_name(*key[:2])} "{full[3]}" already exists',
+                               {"name": full[3], "group": key[0], "kind": key[1]})
+            return copy.deepcopy(self._save(full, body, None))
+
+    def patch(self, key: Key, change: Callable[[Json], Json]) -> Json:
+        """PATCH: `change` makes the new object from the stored one."""
+        with self.changed:
+            old = self.store.get(key)
+            if old is None:
+                raise not_found(key)
+            new = change(copy.deepcopy(old))
+            if new.get("metadata", {}).get("resourceVersion") != old["metadata"][
+                    "resourceVersion"]:
+                raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on "
+                               f'{resource_name(*key[:2])} "{key[3]}": the object has been '
+                               "modified; please apply your changes to the latest version and "
+                               "try again", {"name": key[3], "group": key[0], "kind": key[1]})
+            _keep_status(key, new, old)
+            return copy.deepcopy(self._save(key, new, old))
+
+    def apply(self, key: Key, body: Json, manager: str, force: bool) -> tuple[Json, bool]:
+        """Server-side apply: (object, created)."""
+        _keep_status(key, body, None)
+        with self.changed:
+            old = self.store.get(key)
+            owners = self.owners.setdefault(key, {})
+            applied = _leaves(body)
+            _check_conflicts(key, owners, applied, manager, force)
+            for other in owners:
+                if other != manager:
+                    owners[other] = {p: v for p, v in owners[other].items() if p not in applied}
+            owners[manager] = applied
+            merged = merge_patch(old or {}, body)
+            merged["metadata"]["managedFields"] = [
+                {"manager": m, "operation": "Apply", "fieldsType": "FieldsV1"} for m in owners
+            ]
+            _keep_status(key, merged, old)
+            return copy.deepcopy(self._save(key, merged, old)), old is None
+
+    def evict(self, key: Key, body: Json) -> None:
+        """The eviction subresource of a pod (policy/v1 Eviction)."""
+        if body.get("kind") != "Eviction" or body.get("apiVersion") not in EVICTION_VERSIONS:
+            raise bad_request(f"the API version in the data ({body.get('apiVersion')}) does "
+                              "not match the expected API version (policy/v1) or kind "
+                              "(Eviction)")
+        if (body.get("metadata") or {}).get("name") != key[3]:
+            raise bad_request("name in URL does not match name in Eviction object")
+        self.remove(key)
+
+    def remove(self, key: Key) -> Json:
+        with self.changed:
+            obj = self.store.pop(key, None)
+            if obj is None:
+                raise not_found(key)
+            self.owners.pop(key, None)
+            self._record(key, "DELETED", obj)
+            return obj
+
+    def pod_log(self, key: Key, container: str | None) -> tuple[tuple[str, str, str], list[str]]:
+        """The log of a pod's container (named, or the only one): its key and lines so far."""
+        with self.changed:
+            if key not in self.store:
+                raise not_found(key)
+            containers = [c["name"] for c in self.store[key]["spec"]["containers"]]
+            if container is None and len(containers) > 1:
+                raise bad_request(f"a container name must be specified for pod {key[3]}, "
+                                  f"choose one of: [{' '.join(containers)}]")
+            log_key = (key[2], key[3], container or containers[0])
+            return log_key, list(self.logs.get(log_key, []))
+
+    def wait_log(self, log_key: tuple[str, str, str], sent: int,
+                 timeout: float) -> tuple[list[str], bool]:
+        """Lines after the first `sent`, waiting up to `timeout`; and whether the log ended."""
+        def progressed() -> bool:
+            return len(self.logs.get(log_key, [])) != sent or log_key not in self.open_logs
+
+        with self.changed:
+            self.changed.wait_for(progressed, timeout)
+            return self.logs.get(log_key, [])[sent:], log_key not in self.open_logs
+
+    # ---- storage ---------------------------------------------------------------------------
+    def _save(self, key: Key, obj: Json, old: Json | None) -> Json:
+        """Store (under the lock) with fresh metadata; record the change."""
+        meta = obj.setdefault("metadata", {})
+        previous = (old or {}).get("metadata", {})
+        meta["uid"] = previous.get("uid") or meta.get("uid") or str(uuid.uuid4())
+        meta["creationTimestamp"] = previous.get("creationTimestamp") or datetime.now(
+            UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        meta["resourceVersion"] = str(self.version + 1)
+        spec_changed = old is None or old.get("spec") != obj.get("spec")
+        meta["generation"] = previous.get("generation", 0) + (1 if spec_changed else 0)
+        self.store[key] = obj
+        self._record(key, "MODIFIED" if old else "ADDED", obj)
+        return obj
+
+    def _record(self, key: Key, kind: str, obj: Json) -> None:
+        self.version += 1
+        self.changes.append(Change(self.version, kind, key[:2], copy.deepcopy(obj)))
+        self.changed.notify_all()
+
+
+def _keep_status(key: Key, obj: Json, old: Json | None) -> None:
+    """The status subresource's rule: writes to the main resource leave `status` as it was."""
+    if not SERVED[key[:2]].status:
+        return
+    obj.pop("status", None)
+    if old is not None and "status" in old:
+        obj["status"] = copy.deepcopy(old["status"])
+
+
+def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Field paths of an applied object (lists are atomic, as in most Kubernetes list types)."""
+    if isinstance(value, dict) and value:
+        found: dict[str, Any] = {}
+        for key, item in value.items():
+            found |= _leaves(item, f"{prefix}.{key}")
+        return found
+    return {prefix: value}
+
+
+def _check_conflicts(key: Key, owners: dict[str, dict[str, Any]], applied: dict[str, Any],
+                     manager: str, force: bool) -> None:
+    conflicts = sorted(
+        f"{path} (owned by {other!r})" for other, fields in owners.items()
+        if other != manager for path, value in applied.items()
+        if path in fields and fields[path] != value
+    )
+    if conflicts and not force:
+        raise ApiError(409, "Conflict", f"Apply failed with {len(conflicts)} conflicts: "
+                       + "; ".join(conflicts), {"name": key[3], "kind": key[1]})
