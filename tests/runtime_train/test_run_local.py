@@ -18,11 +18,13 @@ def _gkr(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
-def test_run_local_trains_and_reports_plan_and_fleet() -> None:
+def test_run_local_trains_and_reports_plan_and_fleet(tmp_path: Path) -> None:
     done = _gkr("run", "--local", "examples/train/tiny.yaml", "run.steps=20",
-                "logging.fleet_every_steps=10")
+                "logging.fleet_every_steps=10", f"checkpoint.uri={tmp_path}")
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout + done.stderr
+    assert f"checkpoints: {tmp_path} (every 20 steps, keeping 2); starting at step 0" in out
+    assert f"checkpoints: {tmp_path}: committed steps 20" in done.stdout
     assert "training: world size 2" in out
     assert "service teacher: 1 replica(s)" in out
     assert "fleet step 10: teacher:" in out
