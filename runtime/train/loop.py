@@ -118,16 +118,22 @@ def _train(
     checkpoint = CheckpointManager(config.checkpoint, state, aux_hooks(coordinator))
     hooks = [*_step_hooks(context, services, rank), checkpoint.after_step]
     with closing(batches), checkpoint:
-        for step in range(checkpoint.resume(context.resume) + 1, config.run.steps + 1):
-            x = next(batches)
-            loss = torch.nn.functional.mse_loss(model(x), targets(x))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            _log_progress(context, rank, step, loss.detach())
+        first = checkpoint.resume(context.resume) + 1
+        for step in range(first, config.run.steps + 1):
+            loss = _step(state, targets, next(batches))
+            _log_progress(context, rank, step, loss)
             for hook in hooks:
                 hook(step)
     _final_report(context, services, rank)
+
+
+def _step(state: TrainState, targets: _Targets, x: torch.Tensor) -> torch.Tensor:
+    """One DDP optimizer step; the loss, detached."""
+    loss = torch.nn.functional.mse_loss(state.model(x), targets(x))
+    state.optimizer.zero_grad()
+    loss.backward()
+    state.optimizer.step()
+    return loss.detach()
 
 
 def _mean_across_ranks(value: torch.Tensor) -> float:
