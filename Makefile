@@ -15,8 +15,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# Each demo run gets its own name, so it trains from step 0 and keeps earlier checkpoints.
 demo: setup
-	$(BIN)/gkr run --local
+	$(BIN)/gkr run --local examples/train/tiny.yaml run.name=tiny-$$(date +%Y%m%d-%H%M%S)
 
 lint: setup
 	$(BIN)/ruff check .
