@@ -45,11 +45,12 @@ OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table, json o
 @warden_app.command()
 def status(address: AddressOpt = "localhost:7233", namespace: NamespaceOpt = "default",
            kubeconfig: KubeconfigOpt = None, output: OutputOpt = "table") -> None:
-    """The latest incident phase of every node Warden has handled."""
+    """The latest incident phase of every node Warden has handled, and reserved nodes."""
     query = WardenQuery(address=address, namespace=namespace, kubeconfig=kubeconfig,
                         output=output)
     rows = _run(_status(query))
-    _print(rows, query.output, ["node", "phase", "status", "started", "recent_cordons"])
+    _print(rows, query.output, ["node", "phase", "status", "started", "recent_cordons",
+                                "reserved_for", "reserved_until"])
 
 
 @warden_app.command()
@@ -80,7 +81,9 @@ async def _status(query: WardenQuery) -> list[dict[str, Any]]:
     cluster = _cluster(query)
     if cluster is not None:
         rows = [{**row, **_memory(cluster, row["node"]), "phase": row["phase"]} for row in rows]
-    return rows
+        handled = {row["node"] for row in rows}
+        rows += [r for r in _reserved(cluster) if r["node"] not in handled]
+    return sorted(rows, key=lambda row: row["node"])
 
 
 async def _history(query: WardenQuery, node: str) -> list[dict[str, Any]]:
@@ -113,6 +116,16 @@ def _memory(cluster: Any, node: str) -> dict[str, Any]:
 
     try:
         return node_memory(cluster, node)
+    except RuntimeFailure as error:
+        raise ToolFailed(str(error)) from error
+
+
+def _reserved(cluster: Any) -> list[dict[str, Any]]:
+    from runtime.errors import RuntimeFailure
+    from runtime.warden.view import reserved_nodes
+
+    try:
+        return reserved_nodes(cluster)
     except RuntimeFailure as error:
         raise ToolFailed(str(error)) from error
 

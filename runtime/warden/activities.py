@@ -18,10 +18,12 @@ from runtime.warden import memory
 from runtime.warden.config import WardenConfig
 from runtime.warden.detect import Detector
 from runtime.warden.interfaces import CloudRepair, Cluster, NodeCheck, Telemetry
+from runtime.warden.keeper import ReservationKeeper
 from runtime.warden.model import (
     CheckResult,
     CordonOutcome,
     PowerRequest,
+    ReservationSweep,
     ShrinkOutcome,
     ShrinkRequest,
     Trigger,
@@ -55,7 +57,7 @@ class WardenActivities:
             self.detect_and_trigger, self.sweep_cordoned, self.run_check, self.cordon,
             self.cordon_memory, self.set_state, self.workloads, self.notify_owners,
             self.evict, self.await_no_workloads, self.power, self.await_boot,
-            self.uncordon, self.shrink,
+            self.uncordon, self.shrink, self.keep_reservations,
         ]
 
     @activity.defn(name="warden.detect_and_trigger")
@@ -189,6 +191,17 @@ class WardenActivities:
         if outcome.applied:
             self.cluster.patch_raycluster(request.namespace, request.cluster, patch)
         return outcome
+
+    @activity.defn(name="warden.keep_reservations")
+    def keep_reservations(self) -> ReservationSweep:
+        """Reservation sweep: track RayJob nodes, reserve them when it ends, release on expiry."""
+        keeper = ReservationKeeper(self.config.reservations, self.cluster)
+        swept = keeper.sweep(time.time())
+        for kind, lines in (("tracked", swept.tracked), ("reserved", swept.reserved),
+                            ("released", swept.released)):
+            for line in lines:
+                activity.logger.info("reservation %s %s", kind, line)
+        return swept
 
 
 def _rebooted(node: dict[str, Any], old_boot_id: str) -> bool:

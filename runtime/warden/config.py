@@ -210,6 +210,28 @@ class PrometheusSettings(_Strict):
     timeout_s: float = Field(15.0, gt=0, description="Timeout of one query.")
 
 
+# A label key: an optional DNS-subdomain prefix and a name (kubernetes.io, "Labels and
+# Selectors"); taint keys follow the same syntax.
+_LABEL_KEY = (
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?"  # prefix
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"  # name
+)
+
+
+class ReservationConfig(_Strict):
+    """Relaunch reservations: a finished RayJob's former nodes stay its namespace's a while."""
+
+    enabled: bool = Field(True, description="Run the reservation keeper sweep.")
+    interval_s: float = Field(60.0, gt=0, description="Seconds between reservation sweeps.")
+    taint_key: str = Field(
+        "gkr.dev/reserved-for", pattern=_LABEL_KEY,
+        description="Taint key whose value is the namespace (the platform's reservation_taint).",
+    )
+    max_reservation_s: float = Field(
+        86400.0, gt=0, description="Longest reservation honoured; longer requests are cut to it."
+    )
+
+
 class WardenConfig(_Strict):
     """Everything a Warden worker needs."""
 
@@ -225,6 +247,9 @@ class WardenConfig(_Strict):
     memory: MemoryConfig = Field(default_factory=MemoryConfig, description="Cordon memory.")
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig, description="Recovery.")
     checks: ChecksConfig = Field(default_factory=ChecksConfig, description="Node checks.")
+    reservations: ReservationConfig = Field(
+        default_factory=ReservationConfig, description="Relaunch reservations."
+    )
     activity_timeout_s: float = Field(120.0, gt=0, description="Timeout of short activities.")
     heartbeat_s: float = Field(30.0, gt=0, description="Heartbeat timeout of long activities.")
     liveness_file: str | None = Field(

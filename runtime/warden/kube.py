@@ -81,6 +81,9 @@ class KubeCluster:
         query = {"fieldSelector": f"spec.nodeName={name}"}
         return self.request("GET", "/api/v1/pods", query)["items"]
 
+    def list_pods(self, selector: str) -> list[Json]:
+        return self.request("GET", "/api/v1/pods", {"labelSelector": selector})["items"]
+
     def evict(self, namespace: str, pod: str) -> None:
         body = {"apiVersion": "policy/v1", "kind": "Eviction",
                 "metadata": {"name": pod, "namespace": namespace}}
@@ -110,3 +113,6 @@ class KubeCluster:
     def patch_raycluster(self, namespace: str, name: str, patch: Json) -> Json:
         path = f"{RAY}/namespaces/{namespace}/rayclusters/{name}"
         return self.request("PATCH", path, body=patch, content_type=MERGE)
+
+    def list_rayjobs(self) -> list[Json]:
+        return self.request("GET", f"{RAY}/rayjobs")["items"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from runtime.warden.reservations import TRACKED_JOB, TRACKED_SECONDS
+
 PREFIX = "warden.gkr.dev/"
 CORDONS = PREFIX + "cordons"
 RECENT = PREFIX + "recent-cordons"
@@ -51,6 +53,9 @@ def cordon_patch(notes: dict[str, str], now: float, window_s: float, reason: str
         STATE: "cordoned",
         INCIDENT: incident,
         OWNED: OWNER,
+        # A faulty node is no job's to reserve: its recovery, not a relaunch, comes next.
+        TRACKED_JOB: None,
+        TRACKED_SECONDS: None,
     }
     return {"spec": {"unschedulable": True}, "metadata": {"annotations": new}}, len(times)
 

@@ -140,6 +140,15 @@ class ShrinkRequest:
 
 
 @dataclass(frozen=True)
+class ReservationSweep:
+    """What one reservation sweep changed, as `node: detail` lines."""
+
+    tracked: list[str] = field(default_factory=list)
+    reserved: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ShrinkOutcome:
     """The worker group's replicas after the request, and whether this call changed them."""
 

@@ -1,4 +1,5 @@
-"""Read Warden's state for people: node workflows from Temporal, memory from node annotations.
+"""Read Warden's state for people: node workflows from Temporal; cordon memory and relaunch
+reservations from node annotations.
 
 Listing reads the phase from each workflow's memo, so it needs no worker; the incidents of a
 closed run are its results, and a running one answers the `incident` query.
@@ -11,7 +12,8 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
-from runtime.warden import memory
+from runtime.warden import memory, reservations
+from runtime.warden.errors import ApiFailure
 from runtime.warden.interfaces import Cluster
 from runtime.warden.model import NODE_WORKFLOW, Incident, node_workflow_id
 
@@ -65,9 +67,28 @@ async def _incident(client: Client, execution: WorkflowExecution) -> Incident | 
 
 
 def node_memory(cluster: Cluster, node: str) -> dict[str, Any]:
-    """Warden's memory of a node as its annotations hold it."""
-    current = cluster.get_node(node)
+    """Warden's memory of a node as its annotations hold it (state `deleted` once it is gone)."""
+    try:
+        current = cluster.get_node(node)
+    except ApiFailure as error:
+        if error.status != 404:  # a node Warden once handled may have been replaced since
+            raise
+        return {"node": node, **dict.fromkeys(MEMORY_KEYS), "state": "deleted"}
     notes = memory.annotations(current)
     found = {key: notes.get(annotation) for key, annotation in MEMORY_KEYS.items()}
     return {"node": node, "cordoned": bool(current.get("spec", {}).get("unschedulable")),
-            **found}
+            **found, **_reserved(current)}
+
+
+def _reserved(node: dict[str, Any]) -> dict[str, Any]:
+    held = reservations.reservation(node)
+    notes = memory.annotations(node)
+    return {"reserved_for": held.namespace if held else None,
+            "reserved_until": notes.get(reservations.UNTIL) if held else None,
+            "reserved_by": held.by if held else None}
+
+
+def reserved_nodes(cluster: Cluster) -> list[dict[str, Any]]:
+    """Every node Warden holds a relaunch reservation on: for whom, until when, for which job."""
+    rows = [{"node": n["metadata"]["name"], **_reserved(n)} for n in cluster.list_nodes("")]
+    return [row for row in rows if row["reserved_for"]]

@@ -48,7 +48,7 @@ def build_worker(client: Client, config: WardenConfig, seams: Seams,
 
 
 def sweep_plans(config: WardenConfig) -> dict[str, SweepPlan]:
-    """The two periodic sweeps by workflow id (one pair per task queue, i.e. per cluster)."""
+    """The periodic sweeps by workflow id (one set per task queue, i.e. per cluster)."""
     timeout = config.activity_timeout_s
     iterations = config.sweep_iterations
     queue = config.temporal.task_queue
@@ -56,7 +56,11 @@ def sweep_plans(config: WardenConfig) -> dict[str, SweepPlan]:
                        iterations, timeout)
     recover = SweepPlan("warden.sweep_cordoned", config.recovery.sweep_interval_s,
                         iterations, timeout)
-    return {f"warden-detect-{queue}": detect, f"warden-recover-{queue}": recover}
+    plans = {f"warden-detect-{queue}": detect, f"warden-recover-{queue}": recover}
+    if config.reservations.enabled:
+        plans[f"warden-reserve-{queue}"] = SweepPlan(
+            "warden.keep_reservations", config.reservations.interval_s, iterations, timeout)
+    return plans
 
 
 async def ensure_sweeps(client: Client, config: WardenConfig) -> None:

@@ -28,6 +28,9 @@ def test_manifests_validate_and_the_config_parses():
     config_map = next(d for d in docs if d["kind"] == "ConfigMap")
     config = parse_config(yaml.safe_load(config_map["data"]["config.yaml"]), "configmap")
     assert config.temporal.task_queue == "warden"
+    catalog = yaml.safe_load((ROOT / "platform/catalog/gke.yaml").read_text())
+    assert "taint_key" in yaml.safe_load(config_map["data"]["config.yaml"])["reservations"]
+    assert config.reservations.taint_key == catalog["reservation_taint"]
     container = next(d for d in docs if d["kind"] == "Deployment")[
         "spec"]["template"]["spec"]["containers"][0]
     assert "@sha256:" in container["image"]
@@ -46,5 +49,6 @@ def test_rbac_grants_only_what_warden_calls():
         ("", "pods/eviction"): {"create"},
         ("", "events"): {"list", "create"},
         ("ray.io", "rayclusters"): {"get", "patch"},
+        ("ray.io", "rayjobs"): {"list"},
         ("batch", "jobs"): {"create", "get"},
     }
