@@ -139,6 +139,12 @@ def test_unreadable_end_expires_and_foreign_taints_are_recognised():
     assert not rsv.foreign_reservation(_reserved("team-a", rsv.stamp(0)), KEY)
 
 
+def test_a_fault_cordon_drops_the_claim_of_the_job_that_ran_there():
+    patch, _ = memory.cordon_patch({rsv.TRACKED_JOB: JOB}, 0.0, 60.0, "Xid 79", "run/1")
+    written = patch["metadata"]["annotations"]
+    assert written[rsv.TRACKED_JOB] is None and written[rsv.TRACKED_SECONDS] is None
+
+
 # ---- the keeper against the API double, with an explicit clock ---------------------------
 @pytest.fixture
 def keeper(kube: KubeApiServer, tmp_path: Path) -> ReservationKeeper:
