@@ -73,12 +73,12 @@ class ServiceSummary:
 
     service: str
     throughput_rps: float
-    queue_wait_ms_p50: float
-    queue_wait_ms_p99: float
-    process_ms_p50: float
-    process_ms_p99: float
-    transfer_ms_p50: float
-    transfer_ms_p99: float
+    queue_wait_ms_p50: float | None  # None: no sample in the window
+    queue_wait_ms_p99: float | None
+    process_ms_p50: float | None
+    process_ms_p99: float | None
+    transfer_ms_p50: float | None
+    transfer_ms_p99: float | None
     pending: int
     workers_healthy: int
     workers_known: int
@@ -89,12 +89,19 @@ class ServiceSummary:
         """One human-readable line."""
         return (
             f"{self.service}: {self.throughput_rps:.1f} req/s, queue wait p50/p99 "
-            f"{self.queue_wait_ms_p50:.2f}/{self.queue_wait_ms_p99:.2f} ms, processing "
-            f"p50/p99 {self.process_ms_p50:.2f}/{self.process_ms_p99:.2f} ms, transfer p50/p99 "
-            f"{self.transfer_ms_p50:.2f}/{self.transfer_ms_p99:.2f} ms, pending "
+            f"{_pair_ms(self.queue_wait_ms_p50, self.queue_wait_ms_p99)}, processing p50/p99 "
+            f"{_pair_ms(self.process_ms_p50, self.process_ms_p99)}, transfer p50/p99 "
+            f"{_pair_ms(self.transfer_ms_p50, self.transfer_ms_p99)}, pending "
             f"{self.pending}, workers {self.workers_healthy}/{self.workers_known} healthy, "
             f"restarts {self.restarts}, errors {self.errors}"
         )
+
+
+def _pair_ms(p50: float | None, p99: float | None) -> str:
+    """`p50/p99 ms`, or `n/a` when the window holds no sample (zeros would read as fast)."""
+    if p50 is None or p99 is None:
+        return "n/a"
+    return f"{p50:.2f}/{p99:.2f} ms"
 
 
 @dataclass
@@ -110,9 +117,13 @@ class _ServiceWindow:
     pending: dict[str, int] = field(default_factory=dict)  # worker or proxy -> backlog
 
 
-def _percentile_ms(samples: Iterable[tuple[float, float]], q: float) -> float:
-    values = [value for _, value in samples]
-    return float(np.percentile(values, q)) * 1e3 if values else 0.0
+def _percentile_ms(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) * 1e3 if values else None
+
+
+def _until(samples: Iterable[tuple[float, Any]], now: float) -> list[Any]:
+    """The values recorded at or before `now` (a summary may be asked as of a past moment)."""
+    return [value for at, value in samples if at <= now]
 
 
 class FleetState:
@@ -157,17 +168,21 @@ class FleetState:
         for samples in (window.waits, window.processing, window.transfer, window.served):
             while samples and samples[0][0] < now - self.window_s:
                 samples.popleft()
-        span = max(now - window.served[0][0], 1.0) if window.served else 1.0
+        waits, processing = _until(window.waits, now), _until(window.processing, now)
+        transfer = _until(window.transfer, now)
+        served = [(at, n) for at, n in window.served if at <= now]
+        span = max(now - served[0][0], 1.0) if served else 1.0
+        # A worker whose last report came after `now` was alive at `now`.
         healthy = sum(1 for t in window.seen.values() if now - t <= self.stale_after_s)
         return ServiceSummary(
             service=name,
-            throughput_rps=sum(n for _, n in window.served) / span,
-            queue_wait_ms_p50=_percentile_ms(window.waits, 50),
-            queue_wait_ms_p99=_percentile_ms(window.waits, 99),
-            process_ms_p50=_percentile_ms(window.processing, 50),
-            process_ms_p99=_percentile_ms(window.processing, 99),
-            transfer_ms_p50=_percentile_ms(window.transfer, 50),
-            transfer_ms_p99=_percentile_ms(window.transfer, 99),
+            throughput_rps=sum(n for _, n in served) / span,
+            queue_wait_ms_p50=_percentile_ms(waits, 50),
+            queue_wait_ms_p99=_percentile_ms(waits, 99),
+            process_ms_p50=_percentile_ms(processing, 50),
+            process_ms_p99=_percentile_ms(processing, 99),
+            transfer_ms_p50=_percentile_ms(transfer, 50),
+            transfer_ms_p99=_percentile_ms(transfer, 99),
             pending=sum(window.pending.values()),
             workers_healthy=healthy,
             workers_known=len(window.seen),
@@ -225,11 +240,11 @@ class FleetReporter:
         if self.every and step % self.every == 0:
             self.report(step)
 
-    def report(self, step: int) -> dict[str, ServiceSummary]:
-        """Fetch and emit now; returns what was emitted."""
+    def report(self, step: int, now: float | None = None) -> dict[str, ServiceSummary]:
+        """Fetch the summaries as of `now` (None: the present) and emit them; returns them."""
         import ray
 
-        summaries = ray.get(self.monitor.summaries.remote(), timeout=30)
+        summaries = ray.get(self.monitor.summaries.remote(now), timeout=30)
         for sink in self.sinks:
             sink.emit(step, summaries)
         return summaries

@@ -74,11 +74,12 @@ def run_local(config_path: Path, overrides: list[str]) -> None:
     from runtime.errors import ConfigError, RuntimeFailure
     from runtime.train.compose import compose_raw, load_config
     from runtime.train.driver import run_training
-    from runtime.train.local import gpus_present, local_overrides
+    from runtime.train.local import LOCAL_DEFAULTS, gpus_present, local_overrides
 
     try:
-        raw = compose_raw(config_path, overrides)
-        config = load_config(config_path, [*overrides, *local_overrides(raw, gpus_present())])
+        requested = [*LOCAL_DEFAULTS, *overrides]
+        raw = compose_raw(config_path, requested)
+        config = load_config(config_path, [*requested, *local_overrides(raw, gpus_present())])
         out_console.print(f"running {config_path} locally (run {config.run.name})")
         result = run_training(config, echo=out_console.print)
     except ConfigError as error:

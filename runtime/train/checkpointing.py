@@ -101,14 +101,16 @@ class CheckpointManager:
             log.info("resumed from %s at step %s", point.uri, step)
         return step or 0
 
-    def after_step(self, step: int) -> None:
-        """Surface a failed background write, then save when `step` is due."""
+    def after_step(self, step: int) -> bool:
+        """Surface a failed background write, then save when `step` is due; whether it saved."""
         if self.checkpointer is None:
-            return
+            return False
         self.checkpointer.check()
-        if self.checkpointer.maybe_save(step, self.state) and self.checkpointer.rank == 0:
+        saved = self.checkpointer.maybe_save(step, self.state)
+        if saved and self.checkpointer.rank == 0:
             uri = self.checkpointer.config.uri
             log.info("step %d: checkpoint staged, writing under %s", step, uri)
+        return saved
 
     def close(self) -> None:
         """Wait for the write in flight; raise if it failed."""

@@ -66,11 +66,16 @@ class LayoutSection(_Section):
 
 
 class LoggingSection(_Section):
-    """Log level and how often FleetMonitor summaries are reported."""
+    """Log level, what the driver shows, and how often FleetMonitor summaries are reported."""
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
     fleet_every_steps: int = Field(20, ge=0, description="Steps between summaries; 0: at end.")
-    sinks: list[Literal["log"]] = Field(["log"], description="Where fleet summaries go.")
+    sinks: list[Literal["log"]] = Field(
+        ["log"], description="Where fleet summaries go (`log`: the driver's output)."
+    )
+    forward_worker_logs: bool = Field(
+        True, description="Ray prints every worker's output on the driver; off: progress only."
+    )
 
 
 class TrainConfig(_Section):

@@ -1,14 +1,16 @@
 """The training driver (seed §5.1-§5.4, §7.1): plan capacity, pick the checkpoint to resume
 from, start the FleetMonitor, run the training workers through Ray Train (rank 0 starts the
-auxiliary services), report, clean up.
+auxiliary services) while printing their progress, report, clean up.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import ray
 from ray.train import RunConfig, ScalingConfig
@@ -33,9 +35,11 @@ from runtime.train.checkpointing import (
 )
 from runtime.train.config import TrainConfig
 from runtime.train.loop import LoopContext, train_loop
-from runtime.train.progress import start_progress
+from runtime.train.progress import printing, start_progress
 
 Printer = Callable[[str], None]
+# Says that a local Ray enabled token authentication by default: advice, not a problem.
+TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 @dataclass(frozen=True)
@@ -55,14 +59,24 @@ def ray_session(config: TrainConfig) -> Iterator[None]:
     """Join the configured cluster, or start a local Ray and stop it afterwards."""
     started = not ray.is_initialized()
     if started:
-        address = config.run.ray_address
-        kwargs = {"address": address} if address else {"num_cpus": config.run.local_cpus}
-        ray.init(include_dashboard=False, logging_level="WARNING", **kwargs)
+        _start_ray(config)
     try:
         yield
     finally:
         if started:
             ray.shutdown()
+
+
+def _start_ray(config: TrainConfig) -> None:
+    address = config.run.ray_address
+    kwargs = {"address": address} if address else {"num_cpus": config.run.local_cpus}
+    forward = config.logging.forward_worker_logs
+    if not forward:
+        logging.getLogger(TOKEN_NOTICE_LOGGER).setLevel(logging.ERROR)
+    # log_to_driver=False leaves Ray Train's and the workers' own output in Ray's session logs
+    # (/tmp/ray/session_latest/logs); a rank's error still reaches the driver as the exception
+    # `fit` raises, and Ray's system errors (a worker died) are printed either way.
+    ray.init(include_dashboard=False, logging_level="WARNING", log_to_driver=forward, **kwargs)
 
 
 def cluster_nodes() -> tuple[NodeCapacity, ...]:
@@ -100,12 +114,22 @@ def run_training(config: TrainConfig, echo: Printer = print) -> TrainResult:
             return TrainResult(run_id, plan, {}, {}, resume, tuple(committed_steps(config)))
         monitor = start_monitor(run_id, stale_after_s=3 * config.aux.report_interval_s + 2)
         progress = start_progress(run_id)
-        _fit(config, plan, LoopContext(config, plan, run_id, resume))
-        fleet = FleetReporter(monitor, [], 0).report(config.run.steps)
-        losses = ray.get(progress.history.remote())
+        with printing(progress, echo):
+            _fit(config, plan, LoopContext(config, plan, run_id, resume))
+        losses, fleet = _outcome(config, monitor, progress)
     result = TrainResult(run_id, plan, losses, fleet, resume, tuple(committed_steps(config)))
     _echo_checkpoints(config, result, echo)
     return result
+
+
+def _outcome(
+    config: TrainConfig, monitor: Any, progress: Any
+) -> tuple[dict[int, float], dict[str, ServiceSummary]]:
+    """The losses, and the fleet as of the last step: the services stop with the workers, so
+    a summary taken now would count every worker as gone."""
+    losses = ray.get(progress.history.remote())
+    last_step_at = ray.get(progress.last_step_at.remote())
+    return losses, FleetReporter(monitor, [], 0).report(config.run.steps, now=last_step_at)
 
 
 def _echo_start(config: TrainConfig, resume: ResumePoint | None, echo: Printer) -> None:

@@ -13,6 +13,11 @@ def gpus_present() -> bool:
     return shutil.which("nvidia-smi") is not None and torch.cuda.is_available()
 
 
+# What a local run shows unless the command line says otherwise: the driver's progress lines
+# rather than every Ray worker's output (on a cluster the driver log is the job's only log).
+LOCAL_DEFAULTS = ("logging.forward_worker_logs=false",)
+
+
 def local_overrides(raw: dict[str, Any], has_gpu: bool) -> list[str]:
     """Overrides that run a cluster configuration on a local Ray: no remote cluster, and on a
     machine without GPUs, CPU ranks with gloo and CPU-only auxiliary workers."""

@@ -4,7 +4,8 @@ Rank 0 first runs the auxiliary-worker coordinator (seed §5.4) and shares the s
 handles with every rank. Each rank then draws its batches, asks the target service (over
 ZeroMQ) for the teacher's outputs, and takes a DDP step. Before the first step the run
 resumes from a checkpoint when there is one; after each step the hooks run: the
-FleetMonitor reporter on rank 0, then the checkpoint manager.
+FleetMonitor reporter on rank 0, then the checkpoint manager. Rank 0 records progress,
+checkpoints and fleet summaries in the run's progress actor, which the driver prints.
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ from runtime.aux.client import AuxClient, ServiceHandle
 from runtime.aux.coordinator import AuxCoordinator
 from runtime.aux.services import EncoderService
 from runtime.checkpoint.training import TrainState
-from runtime.fleet import FleetReporter, LogSink, monitor_name
+from runtime.fleet import FleetReporter, monitor_name
 from runtime.planner import CapacityPlan
 from runtime.train.batches import build_batches
 from runtime.train.checkpointing import CheckpointManager, ResumePoint, aux_hooks
 from runtime.train.config import TrainConfig
 from runtime.train.model import build_model
 from runtime.train.numa import pin_to_numa_node
-from runtime.train.progress import progress_name
+from runtime.train.progress import ProgressRecorder
 
 log = logging.getLogger(__name__)
 StepHook = Callable[[int], None]
@@ -116,15 +117,18 @@ def _train(
     targets, batches = _Targets(context, services, rank), build_batches(config, rank)
     state = TrainState(model, optimizer, batches)
     checkpoint = CheckpointManager(config.checkpoint, state, aux_hooks(coordinator))
-    hooks = [*_step_hooks(context, services, rank), checkpoint.after_step]
     with closing(batches), checkpoint:
-        first = checkpoint.resume(context.resume) + 1
-        for step in range(first, config.run.steps + 1):
+        done = checkpoint.resume(context.resume)
+        recorder = _recorder(context, rank, done)
+        hooks = _step_hooks(context, services, checkpoint, recorder)
+        for step in range(done + 1, config.run.steps + 1):
             loss = _step(state, targets, next(batches))
-            _log_progress(context, rank, step, loss)
+            _log_progress(context, recorder, step, loss)
             for hook in hooks:
                 hook(step)
-    _final_report(context, services, rank)
+    _final_report(context, services, recorder)
+    if recorder is not None:
+        recorder.flush()
 
 
 def _step(state: TrainState, targets: _Targets, x: torch.Tensor) -> torch.Tensor:
@@ -142,35 +146,71 @@ def _mean_across_ranks(value: torch.Tensor) -> float:
     return total.item() / dist.get_world_size()
 
 
-def _log_progress(context: LoopContext, rank: int, step: int, loss: torch.Tensor) -> None:
+def _samples_per_step(config: TrainConfig) -> int:
+    per_rank = config.data.batch_size if config.data is not None else config.model.batch_size
+    return per_rank * dist.get_world_size()
+
+
+def _recorder(context: LoopContext, rank: int, done: int) -> ProgressRecorder | None:
+    """Rank 0's progress recorder, started after `done` steps (the resumed ones)."""
+    if rank != 0:
+        return None
+    config = context.config
+    return ProgressRecorder(context.run_id, config.run.steps, _samples_per_step(config), done)
+
+
+def _log_progress(
+    context: LoopContext, recorder: ProgressRecorder | None, step: int, loss: torch.Tensor
+) -> None:
     run = context.config.run
     if step % run.log_every and step != run.steps:
         return
     mean = _mean_across_ranks(loss)  # every rank joins the collective
-    ray.train.report({"step": step, "loss": mean})
-    if rank == 0:
-        log.info("step %d/%d loss %.5f", step, run.steps, mean)
-        recorded = ray.get_actor(progress_name(context.run_id)).record.remote(step, mean)
-        if step == run.steps:
-            ray.get(recorded)  # the driver reads the history as soon as fit returns
+    if recorder is not None:
+        log.debug("step %d/%d loss %.5f", step, run.steps, mean)  # the driver prints it
+        recorder.step(step, mean)
 
 
-def _reporter(context: LoopContext, services: Services, rank: int) -> FleetReporter | None:
-    if rank != 0 or not services:
+def _checkpoint_hook(
+    context: LoopContext, checkpoint: CheckpointManager, recorder: ProgressRecorder | None
+) -> StepHook:
+    """Save when due; rank 0 records each checkpoint it starts."""
+    section = context.config.checkpoint
+    background = section is not None and section.async_save
+
+    def after_step(step: int) -> None:
+        if checkpoint.after_step(step) and recorder is not None:
+            recorder.checkpoint(step, background)
+
+    return after_step
+
+
+def _reporter(
+    context: LoopContext, services: Services, recorder: ProgressRecorder | None
+) -> FleetReporter | None:
+    if recorder is None or not services:  # only rank 0 has a recorder
         return None
-    sinks = [LogSink() for name in context.config.logging.sinks if name == "log"]
+    sinks = [recorder for name in context.config.logging.sinks if name == "log"]
     monitor = ray.get_actor(monitor_name(context.run_id))
     return FleetReporter(monitor, sinks, context.config.logging.fleet_every_steps)
 
 
-def _step_hooks(context: LoopContext, services: Services, rank: int) -> list[StepHook]:
-    """What runs after each optimizer step besides checkpointing."""
-    reporter = _reporter(context, services, rank)
-    return [reporter.after_step] if reporter else []
+def _step_hooks(
+    context: LoopContext,
+    services: Services,
+    checkpoint: CheckpointManager,
+    recorder: ProgressRecorder | None,
+) -> list[StepHook]:
+    """What runs after each optimizer step: the fleet report (rank 0), then checkpointing."""
+    reporter = _reporter(context, services, recorder)
+    fleet = [reporter.after_step] if reporter else []
+    return [*fleet, _checkpoint_hook(context, checkpoint, recorder)]
 
 
-def _final_report(context: LoopContext, services: Services, rank: int) -> None:
+def _final_report(
+    context: LoopContext, services: Services, recorder: ProgressRecorder | None
+) -> None:
     """A last summary, unless the periodic report has just covered the final step."""
-    reporter, steps = _reporter(context, services, rank), context.config.run.steps
+    reporter, steps = _reporter(context, services, recorder), context.config.run.steps
     if reporter is not None and not (reporter.every and steps % reporter.every == 0):
         reporter.report(steps)

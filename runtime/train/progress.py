@@ -1,23 +1,94 @@
-"""Training progress as the driver sees it: rank 0 records losses in a small named actor."""
+"""Training progress as the driver sees it.
+
+Rank 0 records what a researcher follows (step losses and throughput, checkpoints, fleet
+summaries) as events in a small named actor; the driver prints them while `fit` runs. The
+driver is thus the one place that speaks for the run, whether or not Ray forwards the
+workers' own output (`logging.forward_worker_logs`).
+"""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
+
+import ray
+from ray.exceptions import RayError
+
+from runtime.fleet import ServiceSummary
+
+Printer = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """A logged optimizer step: the loss averaged over ranks, and the pace since the last."""
+
+    step: int
+    steps: int
+    loss: float
+    at: float
+    samples_per_s: float
+
+    def line(self) -> str:
+        """One progress line."""
+        return (f"step {self.step}/{self.steps}  loss {self.loss:.5f}  "
+                f"{self.samples_per_s:,.0f} samples/s")
+
+
+@dataclass(frozen=True)
+class CheckpointEvent:
+    """A checkpoint started after `step`."""
+
+    step: int
+    background: bool
+
+    def line(self) -> str:
+        """One line: staged (committing in the background) or written."""
+        done = "staged, committing in the background" if self.background else "committed"
+        return f"step {self.step}: checkpoint {done}"
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    """The FleetMonitor's summaries taken after `step`."""
+
+    step: int
+    summaries: Mapping[str, ServiceSummary]
+
+    def line(self) -> str:
+        """One line per service."""
+        return "\n".join(f"fleet step {self.step}: {s.line()}" for s in self.summaries.values())
+
+
+Event = StepEvent | CheckpointEvent | FleetEvent
 
 
 class RunProgress:
-    """Losses by step, recorded by rank 0 and read by the driver after `fit`."""
+    """The run's events in order, appended by rank 0 and read by the driver."""
 
     def __init__(self) -> None:
-        self.losses: dict[int, float] = {}
+        self.events: list[Event] = []
 
-    def record(self, step: int, loss: float) -> None:
-        """Remember the loss at `step`."""
-        self.losses[step] = loss
+    def record(self, event: Event) -> None:
+        """Append one event."""
+        self.events.append(event)
+
+    def since(self, cursor: int) -> list[Event]:
+        """The events from index `cursor` on."""
+        return self.events[cursor:]
 
     def history(self) -> dict[int, float]:
-        """Every recorded step."""
-        return dict(self.losses)
+        """The loss of every logged step."""
+        return {e.step: e.loss for e in self.events if isinstance(e, StepEvent)}
+
+    def last_step_at(self) -> float | None:
+        """When the last logged step finished (rank 0's clock); None before the first."""
+        steps = [e.at for e in self.events if isinstance(e, StepEvent)]
+        return steps[-1] if steps else None
 
 
 def progress_name(run_id: str) -> str:
@@ -27,6 +98,78 @@ def progress_name(run_id: str) -> str:
 
 def start_progress(run_id: str) -> Any:
     """Start the progress actor (no CPU reserved)."""
-    import ray
-
     return ray.remote(num_cpus=0)(RunProgress).options(name=progress_name(run_id)).remote()
+
+
+class ProgressRecorder:
+    """Rank 0's side: turns steps, checkpoints and fleet summaries into events.
+
+    Also a `FleetSink`, so that the FleetReporter's summaries reach the driver's output.
+    """
+
+    def __init__(self, run_id: str, steps: int, samples_per_step: int, first_step: int) -> None:
+        self.actor = ray.get_actor(progress_name(run_id))
+        self.steps, self.samples_per_step = steps, samples_per_step
+        self.previous = (first_step, time.time())
+        self.pending: Any = None
+
+    def step(self, step: int, loss: float) -> None:
+        """A logged step; the pace is measured since the previous logged step (or the start)."""
+        now = time.time()
+        last_step, last_at = self.previous
+        rate = (step - last_step) * self.samples_per_step / max(now - last_at, 1e-9)
+        self.previous = (step, now)
+        self._record(StepEvent(step, self.steps, loss, now, rate))
+
+    def checkpoint(self, step: int, background: bool) -> None:
+        """A checkpoint was started after `step`."""
+        self._record(CheckpointEvent(step, background))
+
+    def emit(self, step: int, summaries: Mapping[str, ServiceSummary]) -> None:
+        """FleetSink: the summaries taken after `step`."""
+        self._record(FleetEvent(step, dict(summaries)))
+
+    def flush(self) -> None:
+        """Wait until every event is recorded (the driver reads them once `fit` returns)."""
+        if self.pending is not None:
+            ray.get(self.pending)
+
+    def _record(self, event: Event) -> None:
+        # One caller's calls to an actor run in submission order, so no wait is needed here.
+        self.pending = self.actor.record.remote(event)
+
+
+class _Follower:
+    """Prints the events the progress actor has gained since the last look."""
+
+    def __init__(self, actor: Any, echo: Printer) -> None:
+        self.actor, self.echo, self.cursor = actor, echo, 0
+
+    def drain(self) -> None:
+        events = ray.get(self.actor.since.remote(self.cursor), timeout=30)
+        self.cursor += len(events)
+        for event in events:
+            self.echo(event.line())
+
+    def poll(self, stop: threading.Event, every_s: float) -> None:
+        try:
+            while not stop.wait(every_s):
+                self.drain()
+        except RayError:  # the actor is gone: the run is ending, and the driver says why
+            return
+
+
+@contextmanager
+def printing(actor: Any, echo: Printer, every_s: float = 0.5) -> Iterator[None]:
+    """Print the run's events while the body runs, then the ones recorded at its end."""
+    follower, stop = _Follower(actor, echo), threading.Event()
+    thread = threading.Thread(target=follower.poll, args=(stop, every_s), daemon=True,
+                              name="gkr-progress")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        with suppress(RayError):  # an error already on its way out is the one to report
+            follower.drain()

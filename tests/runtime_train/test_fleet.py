@@ -44,3 +44,24 @@ def test_transfer_time_comes_from_the_ranks() -> None:
     summary = state.summaries(now=6.0)["enc"]
     assert summary.transfer_ms_p50 == pytest.approx(0.3)
     assert "transfer p50/p99 0.30/" in summary.line()
+
+
+def test_a_window_without_samples_reads_n_a_not_zero() -> None:
+    state = FleetState()
+    state.record_worker(_sample("w0", "a", 2, [0.001, 0.001]), now=5.0)
+    summary = state.summaries(now=6.0)["enc"]
+    assert summary.transfer_ms_p50 is None
+    assert "transfer p50/p99 n/a," in summary.line()
+    assert "queue wait p50/p99 1.00/1.00 ms" in summary.line()
+
+
+def test_a_summary_as_of_a_past_moment_ignores_later_reports() -> None:
+    """The driver's final summary is taken as of the last step, after the services stopped."""
+    state = FleetState(window_s=30, stale_after_s=5)
+    state.record_worker(_sample("w0", "a", 10, [0.001] * 10), now=100.0)
+    state.record_worker(_sample("w0", "a", 10, [0.009] * 10), now=103.0)
+    as_of = state.summaries(now=101.0)["enc"]
+    assert as_of.throughput_rps == pytest.approx(10 / 1.0)
+    assert as_of.queue_wait_ms_p99 == pytest.approx(1.0)
+    assert (as_of.workers_healthy, as_of.workers_known) == (1, 1)
+    assert state.summaries(now=120.0)["enc"].workers_healthy == 0  # later: silent for 17 s

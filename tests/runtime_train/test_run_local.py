@@ -1,8 +1,9 @@
 """`gkr run --local` end to end: a real local Ray, Ray Train workers with gloo, an auxiliary
-encoder over ZeroMQ, and the FleetMonitor summaries."""
+encoder over ZeroMQ, and the FleetMonitor summaries; what a researcher sees of it."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,21 +18,43 @@ def _gkr(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*GKR, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+# Ray's own chatter that a local run must not show (it drowned the progress lines).
+RAY_NOISE = ("PlacementGroupCleaner", "TrainingReport(", "TrainController", "core_worker.cc",
+             "Token authentication", "DistributedDataParallel")
+
+
 @pytest.mark.slow
-def test_run_local_trains_and_reports_plan_and_fleet(tmp_path: Path) -> None:
+def test_run_local_trains_and_shows_plan_progress_checkpoints_and_fleet(tmp_path: Path) -> None:
     done = _gkr("run", "--local", "examples/train/tiny.yaml", "run.steps=20",
                 "logging.fleet_every_steps=10", f"checkpoint.uri={tmp_path}")
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout + done.stderr
+    assert "training: world size 2" in done.stdout
+    assert "service teacher: 1 replica(s)" in done.stdout
     assert f"checkpoints: {tmp_path} (every 20 steps, keeping 2); starting at step 0" in out
+    for step in (10, 20):
+        assert re.search(rf"^step {step}/20  loss \d\.\d{{5}}  [\d,]+ samples/s$", done.stdout,
+                         re.MULTILINE), done.stdout
+    assert "step 20: checkpoint staged, committing in the background" in done.stdout
+    assert "fleet step 10: teacher:" in done.stdout
     assert f"checkpoints: {tmp_path}: committed steps 20" in done.stdout
-    assert "training: world size 2" in out
-    assert "service teacher: 1 replica(s)" in out
-    assert "fleet step 10: teacher:" in out
     final = next(line for line in done.stdout.splitlines() if "finished" in line)
     first, last = (float(part.split()[0]) for part in final.split("loss ")[1].split("-> "))
     assert last < first  # the student learns the teacher served over ZeroMQ
-    assert "fleet: teacher:" in done.stdout
+    fleet = next(line for line in done.stdout.splitlines() if line.startswith("fleet: teacher:"))
+    assert "workers 1/1 healthy" in fleet  # as of the last step, not after the services stop
+    assert not [noise for noise in RAY_NOISE if noise in out], out
+
+
+@pytest.mark.slow
+def test_a_failing_rank_is_reported_by_its_own_error_in_a_quiet_run() -> None:
+    done = _gkr("run", "--local", "examples/train/tiny.yaml", "run.steps=2", "checkpoint=null",
+                "+aux.services.teacher.options.no_such_option=1",
+                "aux.services.teacher.max_restarts=0")
+    assert done.returncode != 0
+    assert re.search(r"failed: rank 0: service 'teacher': startup check failed", done.stderr)
+    assert "no_such_option" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_run_local_reports_a_bad_override_without_traceback() -> None:

@@ -9,7 +9,7 @@ import pytest
 from runtime.errors import ConfigError
 from runtime.train.compose import compose_raw, load_config
 from runtime.train.config import build_config
-from runtime.train.local import local_overrides
+from runtime.train.local import LOCAL_DEFAULTS, local_overrides
 from runtime.train.numa import numa_nodes, parse_cpulist
 
 TINY = Path(__file__).resolve().parents[2] / "examples/train/tiny.yaml"
@@ -57,6 +57,13 @@ def test_local_overrides_move_gpu_work_to_cpus() -> None:
     assert "layout.gpus_per_worker=0" in cpu
     assert "aux.services.teacher.gpus_per_worker=0" in cpu
     assert load_config(TINY, cpu).layout.gpus_per_worker == 0
+
+
+def test_local_runs_are_quiet_unless_the_command_line_says_otherwise() -> None:
+    assert load_config(TINY).logging.forward_worker_logs is True  # a cluster's driver log
+    assert load_config(TINY, LOCAL_DEFAULTS).logging.forward_worker_logs is False
+    loud = [*LOCAL_DEFAULTS, "logging.forward_worker_logs=true"]
+    assert load_config(TINY, loud).logging.forward_worker_logs is True
 
 
 def test_numa_topology_parsing(tmp_path: Path) -> None:

@@ -1,0 +1,62 @@
+"""The progress record the driver prints: events from rank 0, read in order by a follower
+thread while `fit` runs (a real Ray actor)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import ray
+
+from runtime.fleet import FleetState, WorkerSample
+from runtime.train.progress import (
+    CheckpointEvent,
+    FleetEvent,
+    ProgressRecorder,
+    StepEvent,
+    printing,
+    start_progress,
+)
+
+
+def test_events_read_as_one_line_each() -> None:
+    assert StepEvent(10, 60, 0.29307, at=1.0, samples_per_s=3713.2).line() == (
+        "step 10/60  loss 0.29307  3,713 samples/s"
+    )
+    assert CheckpointEvent(20, background=True).line() == (
+        "step 20: checkpoint staged, committing in the background"
+    )
+    assert CheckpointEvent(20, background=False).line() == "step 20: checkpoint committed"
+    state = FleetState()
+    state.record_worker(WorkerSample("enc", "w0", "a", 1, 0, 0, [0.001], [0.002]), now=1.0)
+    line = FleetEvent(30, state.summaries(now=1.0)).line()
+    assert line.startswith("fleet step 30: enc: 1.0 req/s, queue wait p50/p99 1.00/1.00 ms")
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=1, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_the_driver_prints_what_rank_0_records_in_order(local_ray: None) -> None:
+    actor = start_progress("progresstest")
+    lines: list[str] = []
+    with printing(actor, lines.append, every_s=0.05):
+        recorder = ProgressRecorder("progresstest", steps=4, samples_per_step=128, first_step=2)
+        recorder.step(3, 0.5)
+        deadline = time.monotonic() + 30
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lines and lines[0].startswith("step 3/4  loss 0.50000")  # while the body runs
+        recorder.checkpoint(3, background=False)
+        recorder.step(4, 0.25)
+        recorder.flush()
+    assert [line.split("  ")[0] for line in lines] == [
+        "step 3/4", "step 3: checkpoint committed", "step 4/4"
+    ]
+    assert ray.get(actor.history.remote()) == {3: 0.5, 4: 0.25}
+    assert ray.get(actor.last_step_at.remote()) is not None
+    ray.kill(actor)
