@@ -18,11 +18,22 @@ from typing import Any
 import zmq
 
 from runtime.aux.errors import AuxBusy, AuxError, AuxTimeout, RemoteError, WorkerLost
-from runtime.aux.wire import Status, decode_body, decode_header, drain, encode
+from runtime.aux.wire import (
+    REPLY,
+    Status,
+    decode_body,
+    drain,
+    encode_request,
+    read_descriptor,
+    request_id,
+    send_message,
+    tune,
+)
 from runtime.fleet import ClientSample
 
 BUSY_BACKOFF_S = 0.005
 SAMPLE_CAP = 4096
+_SERVED = (Status.OK, Status.ERROR)  # replies that carry the worker's timings
 
 
 @dataclass(frozen=True)
@@ -44,21 +55,28 @@ class ServiceHandle:
 
 
 class WeightedRoundRobin:
-    """Smooth weighted round-robin: picks in proportion to weight, interleaved."""
+    """Smooth weighted round-robin: picks in proportion to weight, interleaved. The picks
+    repeat every sum(weights) turns, so that cycle is computed once and replayed."""
 
     def __init__(self, weights: Sequence[int]) -> None:
         if not weights or min(weights) < 1:
             raise ValueError(f"weights must be positive, got {list(weights)}")
         self.weights = list(weights)
-        self._current = [0] * len(weights)
+        self._cycle = itertools.cycle(self._one_period())
+
+    def _one_period(self) -> list[int]:
+        current, total, picks = [0] * len(self.weights), sum(self.weights), []
+        for _ in range(total):
+            for index, weight in enumerate(self.weights):
+                current[index] += weight
+            best = max(range(len(self.weights)), key=current.__getitem__)
+            current[best] -= total
+            picks.append(best)
+        return picks
 
     def next(self) -> int:
         """Index of the next pick."""
-        for index, weight in enumerate(self.weights):
-            self._current[index] += weight
-        best = max(range(len(self.weights)), key=self._current.__getitem__)
-        self._current[best] -= sum(self.weights)
-        return best
+        return next(self._cycle)
 
 
 class AuxClient:
@@ -76,16 +94,15 @@ class AuxClient:
         self._transfers: list[float] = []
         self._next_report = time.monotonic() + report_interval_s
         context = zmq.Context.instance()
-        self._sockets = [context.socket(zmq.DEALER) for _ in handle.endpoints]
+        self._sockets = [tune(context.socket(zmq.DEALER)) for _ in handle.endpoints]
         self._poller = zmq.Poller()
         for sock, endpoint in zip(self._sockets, handle.endpoints, strict=True):
-            sock.setsockopt(zmq.LINGER, 0)
             sock.connect(endpoint.address)
             self._poller.register(sock, zmq.POLLIN)
         self._picker = WeightedRoundRobin([e.weight for e in handle.endpoints])
         self._ids = itertools.count(1)
-        self._deadlines: dict[int, tuple[float, float]] = {}  # id -> (deadline, sent at)
-        self._done: dict[int, tuple[dict[str, Any], list[Any]]] = {}
+        self._pending: dict[int, tuple[float, float]] = {}  # id -> (deadline, sent at)
+        self._done: dict[int, list[Any]] = {}  # id -> reply frames
         self._abandoned: set[int] = set()
 
     def call(self, method: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -104,32 +121,31 @@ class AuxClient:
 
     def submit(self, method: str, payload: dict[str, Any] | None = None) -> int:
         """Send without waiting; returns the request id for `result`."""
-        request_id = next(self._ids)
+        rid = next(self._ids)
         deadline = time.time() + self.handle.timeout_s
-        header = {"id": request_id, "rank": self.rank, "method": method, "deadline": deadline}
-        sock = self._sockets[self._picker.next()]
-        sock.send_multipart(encode(header, payload), copy=False)
-        self._deadlines[request_id] = (deadline, time.perf_counter())
-        return request_id
+        frames = encode_request(rid, self.rank, deadline, method, payload)
+        send_message(self._sockets[self._picker.next()], frames)
+        self._pending[rid] = (deadline, time.perf_counter())
+        return rid
 
-    def result(self, request_id: int) -> dict[str, Any]:
-        """Wait for the reply of `request_id`; raises the typed error the reply carries."""
-        deadline, sent = self._deadlines.pop(request_id)
-        while request_id not in self._done:
+    def result(self, rid: int) -> dict[str, Any]:
+        """Wait for the reply of `rid`; raises the typed error the reply carries."""
+        deadline, sent = self._pending.pop(rid)
+        while rid not in self._done:
             remaining = deadline - time.time()
             if remaining <= 0:
-                self._abandoned.add(request_id)
+                self._abandoned.add(rid)
                 raise AuxTimeout(f"{self.handle.service}: no reply in {self.handle.timeout_s}s")
             self._receive(remaining)
-        header, frames = self._done.pop(request_id)
-        self._observe(header, time.perf_counter() - sent)
-        return self._unpack(header, frames)
+        head, *frames = self._done.pop(rid)
+        _, status, wait_s, process_s, _ = REPLY.unpack_from(head)
+        if self.report is not None and status in _SERVED:
+            self._observe(time.perf_counter() - sent - wait_s - process_s)
+        return self._unpack(status, head, frames)
 
-    def _observe(self, header: dict[str, Any], round_trip: float) -> None:
+    def _observe(self, transfer_s: float) -> None:
         """Transfer time = round trip - queue wait - processing; reported now and then."""
-        if self.report is None or "process_s" not in header:
-            return
-        self._transfers.append(round_trip - header["wait_s"] - header["process_s"])
+        self._transfers.append(transfer_s)
         if time.monotonic() >= self._next_report:
             self._next_report = time.monotonic() + self.report_interval_s
             sample = ClientSample(self.handle.service, self.rank, self._transfers[-SAMPLE_CAP:])
@@ -138,19 +154,21 @@ class AuxClient:
 
     def _receive(self, timeout_s: float) -> None:
         for sock, _ in self._poller.poll(max(1, int(timeout_s * 1000))):
-            for head, *frames in drain(sock):
-                header = decode_header(head)
-                if header["id"] in self._abandoned:
-                    self._abandoned.discard(header["id"])
+            for head, *frames in drain(sock, heads=1):
+                rid = request_id(head)
+                if rid in self._abandoned:
+                    self._abandoned.discard(rid)
                 else:
-                    self._done[header["id"]] = (header, frames)
+                    self._done[rid] = [head, *frames]
 
-    def _unpack(self, header: dict[str, Any], frames: list[Any]) -> dict[str, Any]:
-        status, service = header.get("status"), self.handle.service
+    def _unpack(self, status: int, head: bytes, frames: list[Any]) -> dict[str, Any]:
+        service = self.handle.service
         if status == Status.OK:
-            return decode_body(header, frames)
+            descriptor, offset = read_descriptor(head, REPLY)
+            return decode_body(descriptor, offset, head, frames)
         if status == Status.ERROR:
-            raise RemoteError(service, header.get("error_type", "Error"), header.get("error", ""))
+            failure, _ = read_descriptor(head, REPLY)
+            raise RemoteError(service, failure.get("error_type", "Error"), failure.get("error", ""))
         if status == Status.BUSY:
             raise AuxBusy(f"{service}: rank {self.rank}'s queue is full")
         if status == Status.LOST:

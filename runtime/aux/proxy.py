@@ -22,11 +22,21 @@ from typing import Any
 import zmq
 
 from runtime.aux.config import OnWorkerLoss
-from runtime.aux.wire import CONTROL, Status, decode_header, drain, encode
+from runtime.aux.wire import (
+    CONTROL,
+    REQUEST,
+    Status,
+    drain,
+    encode_reply,
+    request_id,
+    send_message,
+    tune,
+)
 from runtime.fleet import ProxySample
 
 MAX_ATTEMPTS = 3  # a request that killed three workers is failed rather than retried again
 SWEEP_INTERVAL_S = 0.05
+POLL_MS = 50  # an idle proxy still sweeps deadlines and reports this often
 
 
 def _remove_ipc_file(address: str) -> None:
@@ -35,12 +45,12 @@ def _remove_ipc_file(address: str) -> None:
         Path(address.removeprefix("ipc://")).unlink(missing_ok=True)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Flight:
-    client: Any
-    request_id: int
+    client: bytes  # the client's routing identity
+    key: tuple[bytes, int]  # (client identity, request id): unique among requests in flight
     frames: list[Any]
-    deadline: float | None
+    deadline: float  # wall clock; 0: none
     worker: bytes | None = None
     attempts: int = 0
 
@@ -61,12 +71,10 @@ class ProxyCore:
         self.service, self.proxy_id, self.on_worker_loss = service, proxy_id, on_worker_loss
         self.report, self.report_interval_s = report, report_interval_s
         context = zmq.Context.instance()
-        self.frontend = context.socket(zmq.ROUTER)
-        self.frontend.setsockopt(zmq.LINGER, 0)
+        self.frontend = tune(context.socket(zmq.ROUTER))
         port = self.frontend.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
-        self.backend = context.socket(zmq.ROUTER)
-        self.backend.setsockopt(zmq.LINGER, 0)
+        self.backend = tune(context.socket(zmq.ROUTER))
         self.backend.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a dead worker raises
         self.backend.bind(backend)
         self.backend_address = backend
@@ -85,10 +93,8 @@ class ProxyCore:
         poller.register(self.backend, zmq.POLLIN)
         try:
             while not self.stop.is_set():
-                events = dict(poller.poll(50))
-                if self.frontend in events:
+                if poller.poll(POLL_MS):  # drain() asks each socket, so the events are not read
                     self._from_clients()
-                if self.backend in events:
                     self._from_workers()
                 self._housekeeping()
         finally:
@@ -97,18 +103,18 @@ class ProxyCore:
             _remove_ipc_file(self.backend_address)
 
     def _from_clients(self) -> None:
-        for client, head, *rest in drain(self.frontend):
-            header = decode_header(head)
-            self._dispatch(_Flight(client, header["id"], [head, *rest], header.get("deadline")))
+        """Route on the binary prefix alone; the descriptor and arrays pass through unread."""
+        for client, head, *rest in drain(self.frontend, heads=2):
+            rid, _, deadline, _ = REQUEST.unpack_from(head)
+            self._dispatch(_Flight(client, (client, rid), [head, *rest], deadline))
 
     def _from_workers(self) -> None:
-        for worker, client, *rest in drain(self.backend):
-            if client.bytes == CONTROL:
-                self._control(worker.bytes, json.loads(rest[0].bytes))
+        for worker, client, *rest in drain(self.backend, heads=3):
+            if client == CONTROL:
+                self._control(worker, json.loads(rest[0]))
                 continue
-            header = decode_header(rest[0])
-            self.in_flight.pop((client.bytes, header["id"]), None)
-            self.frontend.send_multipart([client, *rest], copy=False)
+            self.in_flight.pop((client, request_id(rest[0])), None)
+            send_message(self.frontend, [client, *rest])
 
     def _dispatch(self, flight: _Flight) -> None:
         """Send to the next ready worker; park the request if none is ready."""
@@ -116,14 +122,14 @@ class ProxyCore:
             worker = self.ready[self._turn % len(self.ready)]
             self._turn += 1
             try:
-                self.backend.send_multipart([worker, flight.client, *flight.frames], copy=False)
+                send_message(self.backend, [worker, flight.client, *flight.frames])
             except zmq.ZMQError as error:
                 if error.errno != errno.EHOSTUNREACH:
                     raise
                 self.ready.remove(worker)  # its socket is gone; it returns when it restarts
                 continue
             flight.worker, flight.attempts = worker, flight.attempts + 1
-            self.in_flight[(flight.client.bytes, flight.request_id)] = flight
+            self.in_flight[flight.key] = flight
             return
         self.waiting.append(flight)
 
@@ -142,16 +148,15 @@ class ProxyCore:
         """The worker restarted: what it held in flight is retried or failed by policy."""
         lost = [f for f in self.in_flight.values() if f.worker == worker]
         for flight in lost:
-            del self.in_flight[(flight.client.bytes, flight.request_id)]
+            del self.in_flight[flight.key]
             retry = self.on_worker_loss is OnWorkerLoss.RETRY and flight.attempts < MAX_ATTEMPTS
             if retry:
                 self._dispatch(flight)
             else:
                 self._answer(flight, Status.LOST)
 
-    def _answer(self, flight: _Flight, status: str) -> None:
-        header = {"id": flight.request_id, "status": status}
-        self.frontend.send_multipart([flight.client, *encode(header, None)])
+    def _answer(self, flight: _Flight, status: int) -> None:
+        send_message(self.frontend, [flight.client, *encode_reply(flight.key[1], status)])
 
     def _housekeeping(self) -> None:
         now = time.monotonic()
@@ -167,7 +172,7 @@ class ProxyCore:
         """Answer EXPIRED for requests whose deadline passed while parked or in flight."""
         expired = [f for f in self.in_flight.values() if f.deadline and f.deadline < wall]
         for flight in expired:
-            del self.in_flight[(flight.client.bytes, flight.request_id)]
+            del self.in_flight[flight.key]
             self._answer(flight, Status.EXPIRED)
         parked = [f for f in self.waiting if f.deadline and f.deadline < wall]
         for flight in parked:

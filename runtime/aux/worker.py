@@ -20,16 +20,29 @@ import zmq
 
 from runtime.aux.fairqueue import FairQueues
 from runtime.aux.services import AuxService
-from runtime.aux.wire import CONTROL, Status, decode_body, decode_header, drain, encode
+from runtime.aux.wire import (
+    CONTROL,
+    REQUEST,
+    Status,
+    decode_body,
+    drain,
+    encode_reply,
+    read_descriptor,
+    send_message,
+    tune,
+)
 from runtime.fleet import WorkerSample
 
 SAMPLE_CAP = 4096  # per report: enough for percentiles, bounded for the monitor
+IDLE_POLL_MS = 50  # how long an idle worker waits before checking `stop` and reporting
 
 
-@dataclass
+@dataclass(slots=True)
 class _Request:
     client: Any
-    header: dict[str, Any]
+    rid: int
+    deadline: float
+    head: bytes
     frames: list[Any]
     arrived: float
 
@@ -62,18 +75,20 @@ class WorkerCore:
 
     def run(self) -> None:
         """Serve until `stop` is set."""
-        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock = tune(zmq.Context.instance().socket(zmq.DEALER))
         sock.setsockopt(zmq.IDENTITY, self.worker_id.encode())
-        sock.setsockopt(zmq.LINGER, 0)
         sock.connect(self.address)
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
         try:
             while not self.stop.is_set():
-                self._tick(sock)
+                self._tick(sock, poller)
         finally:
             sock.close()
 
-    def _tick(self, sock: zmq.Socket) -> None:
-        if sock.poll(0 if len(self.queues) else 50):
+    def _tick(self, sock: zmq.Socket, poller: zmq.Poller) -> None:
+        # With work queued, only take what already arrived (drain does not block); idle, wait.
+        if len(self.queues) or poller.poll(IDLE_POLL_MS):
             self._intake(sock)
         request = self.queues.take()
         if request is not None:
@@ -83,42 +98,42 @@ class WorkerCore:
 
     def _intake(self, sock: zmq.Socket) -> None:
         """Move everything that arrived into the per-rank queues; refuse what does not fit."""
-        for client, head, *frames in drain(sock):
-            header = decode_header(head)
-            request = _Request(client, header, frames, time.time())
-            if not self.queues.offer(int(header.get("rank", 0)), request):
-                self._reply(sock, request, {"status": Status.BUSY}, None)
+        for client, head, *frames in drain(sock, heads=2):
+            rid, rank, deadline, _ = REQUEST.unpack_from(head)
+            if not self.queues.offer(rank, _Request(client, rid, deadline, head, frames,
+                                                    time.time())):
+                send_message(sock, [client, *encode_reply(rid, Status.BUSY)])
 
     def _serve(self, sock: zmq.Socket, request: _Request) -> None:
         started = time.time()
         waited = started - request.arrived
         self._sample.queue_wait_s.append(waited)
-        deadline = request.header.get("deadline")
-        if deadline is not None and started > deadline:
-            self._reply(sock, request, {"status": Status.EXPIRED}, None)
-            return
-        status, result = self._handle(request)
+        if request.deadline and started > request.deadline:
+            reply = encode_reply(request.rid, Status.EXPIRED)
+        else:
+            reply = self._handle(request, started, waited)
+        send_message(sock, [request.client, *reply])
+
+    def _handle(self, request: _Request, started: float, waited: float) -> list[Any]:
+        """The reply frames; every service error (or unsendable result) goes to the caller.
+        The caller subtracts wait and processing from its round trip (transfer, seed §8.2)."""
+        try:
+            descriptor, offset = read_descriptor(request.head, REQUEST)
+            payload = decode_body(descriptor, offset, request.head, request.frames)
+            result = self.service.handle(descriptor["method"], payload)
+            status, failure = Status.OK, None
+        except Exception as error:
+            self._sample.errors += 1
+            status, result = Status.ERROR, None
+            failure = {"error_type": type(error).__name__, "error": str(error)}
         processed = time.time() - started
         self._sample.process_s.append(processed)
         self._sample.served += 1
-        # The caller subtracts both from its round trip to see the transfer time (seed §8.2).
-        timing = {"wait_s": waited, "process_s": processed}
-        self._reply(sock, request, {**status, **timing}, result)
-
-    def _handle(self, request: _Request) -> tuple[dict[str, Any], Any]:
         try:
-            payload = decode_body(request.header, request.frames)
-            return {"status": Status.OK}, self.service.handle(request.header["method"], payload)
-        except Exception as error:  # every service error goes back to the caller
-            self._sample.errors += 1
-            return {"status": Status.ERROR, "error_type": type(error).__name__,
-                    "error": str(error)}, None
-
-    def _reply(
-        self, sock: zmq.Socket, request: _Request, status: dict[str, Any], payload: Any
-    ) -> None:
-        header = {"id": request.header["id"], **status}
-        sock.send_multipart([request.client, *encode(header, payload)], copy=False)
+            return encode_reply(request.rid, status, result, (waited, processed), failure)
+        except (TypeError, ValueError) as error:  # a result the wire cannot carry
+            failure = {"error_type": type(error).__name__, "error": f"reply: {error}"}
+            return encode_reply(request.rid, Status.ERROR, None, (waited, processed), failure)
 
     def _heartbeat(self, sock: zmq.Socket) -> None:
         """Announce this incarnation to the proxy and report metrics to the FleetMonitor."""

@@ -11,7 +11,20 @@ import zmq
 
 from runtime.aux.client import WeightedRoundRobin
 from runtime.aux.fairqueue import FairQueues
-from runtime.aux.wire import decode, encode
+from runtime.aux.wire import (
+    COPY_THRESHOLD,
+    INLINE_LIMIT,
+    REPLY,
+    REQUEST,
+    Status,
+    decode_body,
+    encode_reply,
+    encode_request,
+    read_descriptor,
+    recv_message,
+    request_id,
+    send_message,
+)
 
 
 def test_round_trip_keeps_arrays_tensors_and_plain_values() -> None:
@@ -22,11 +35,16 @@ def test_round_trip_keeps_arrays_tensors_and_plain_values() -> None:
         "label": "cat",
         "k": 3,
     }
-    header, out = decode(encode({"id": 7}, payload))
-    assert header["id"] == 7
+    head, *frames = encode_request(7, 3, 12.5, "echo", payload)
+    assert REQUEST.unpack_from(head)[:3] == (7, 3, 12.5)
+    descriptor, offset = read_descriptor(head, REQUEST)
+    assert descriptor["method"] == "echo"
+    assert frames == []  # every array here is small enough to ride in the head
+    out = decode_body(descriptor, offset, head, frames)
     np.testing.assert_array_equal(out["x"], payload["x"])
     assert isinstance(out["t"], torch.Tensor) and torch.equal(out["t"], payload["t"])
     assert out["empty"].shape == (0, 3)
+    assert all(out[k].ctypes.data % 16 == 0 for k in ("x", "empty"))  # aligned in the head
     assert (out["label"], out["k"]) == ("cat", 3)
 
 
@@ -37,15 +55,33 @@ def test_arrays_are_views_of_the_received_frames() -> None:
     port = server.bind_to_random_port("tcp://127.0.0.1")
     client.connect(f"tcp://127.0.0.1:{port}")
     try:
-        big = np.random.default_rng(0).random(1 << 16)
-        client.send_multipart(encode({"id": 1}, {"x": big}), copy=False)
-        frames = server.recv_multipart(copy=False)
-        _, out = decode(frames)
-        assert np.shares_memory(out["x"], np.frombuffer(frames[1].buffer, dtype=np.uint8))
+        big = np.random.default_rng(0).random(1 << 15)
+        assert big.nbytes >= COPY_THRESHOLD
+        send_message(client, encode_request(1, 0, 0.0, "echo", {"x": big, "s": np.ones(4)}))
+        head, *frames = recv_message(server, heads=1)
+        descriptor, offset = read_descriptor(head, REQUEST)
+        out = decode_body(descriptor, offset, head, frames)
+        (frame,) = frames  # the small array rode in the head
+        assert np.shares_memory(out["x"], np.frombuffer(frame.buffer, dtype=np.uint8))
+        np.testing.assert_array_equal(out["s"], 1.0)
         np.testing.assert_array_equal(out["x"], big)
     finally:
         server.close()
         client.close()
+
+
+def test_replies_carry_status_timings_and_failures_in_the_head() -> None:
+    big = np.ones(INLINE_LIMIT, dtype=np.uint8)
+    ok, *frames = encode_reply(9, Status.OK, {"y": np.ones(3), "big": big}, (0.25, 0.5))
+    assert request_id(ok) == 9 and REPLY.unpack_from(ok)[:4] == (9, Status.OK, 0.25, 0.5)
+    assert len(frames) == 1  # only the array of INLINE_LIMIT bytes has its own frame
+    out = decode_body(*read_descriptor(ok, REPLY), ok, frames)
+    np.testing.assert_array_equal(out["y"], 1.0)
+    np.testing.assert_array_equal(out["big"], big)
+    (failed,) = encode_reply(4, Status.ERROR, failure={"error_type": "KeyError", "error": "k"})
+    assert read_descriptor(failed, REPLY)[0] == {"error_type": "KeyError", "error": "k"}
+    (busy,) = encode_reply(5, Status.BUSY)
+    assert len(busy) == REPLY.size and read_descriptor(busy, REPLY) == ({}, REPLY.size)
 
 
 def test_fair_queues_rotate_between_ranks() -> None:
