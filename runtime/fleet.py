@@ -117,13 +117,9 @@ class _ServiceWindow:
     pending: dict[str, int] = field(default_factory=dict)  # worker or proxy -> backlog
 
 
-def _percentile_ms(values: Sequence[float], q: float) -> float | None:
+def _percentile_ms(samples: Iterable[tuple[float, float]], q: float) -> float | None:
+    values = [value for _, value in samples]
     return float(np.percentile(values, q)) * 1e3 if values else None
-
-
-def _until(samples: Iterable[tuple[float, Any]], now: float) -> list[Any]:
-    """The values recorded at or before `now` (a summary may be asked as of a past moment)."""
-    return [value for at, value in samples if at <= now]
 
 
 class FleetState:
@@ -160,7 +156,12 @@ class FleetState:
         window.pending[f"proxy:{sample.proxy}"] = sample.waiting
 
     def summaries(self, now: float | None = None) -> dict[str, ServiceSummary]:
-        """Per-service summaries over the last `window_s` seconds."""
+        """Per-service summaries over the `window_s` seconds up to `now` (default: the present).
+
+        A past `now` (the last training step, once the services have stopped) judges health
+        at that moment; reports recorded after it still count, since a report describes work
+        already done.
+        """
         now = time.time() if now is None else now
         return {name: self._summary(name, window, now) for name, window in self._services.items()}
 
@@ -168,21 +169,18 @@ class FleetState:
         for samples in (window.waits, window.processing, window.transfer, window.served):
             while samples and samples[0][0] < now - self.window_s:
                 samples.popleft()
-        waits, processing = _until(window.waits, now), _until(window.processing, now)
-        transfer = _until(window.transfer, now)
-        served = [(at, n) for at, n in window.served if at <= now]
-        span = max(now - served[0][0], 1.0) if served else 1.0
+        span = max(now - window.served[0][0], 1.0) if window.served else 1.0
         # A worker whose last report came after `now` was alive at `now`.
         healthy = sum(1 for t in window.seen.values() if now - t <= self.stale_after_s)
         return ServiceSummary(
             service=name,
-            throughput_rps=sum(n for _, n in served) / span,
-            queue_wait_ms_p50=_percentile_ms(waits, 50),
-            queue_wait_ms_p99=_percentile_ms(waits, 99),
-            process_ms_p50=_percentile_ms(processing, 50),
-            process_ms_p99=_percentile_ms(processing, 99),
-            transfer_ms_p50=_percentile_ms(transfer, 50),
-            transfer_ms_p99=_percentile_ms(transfer, 99),
+            throughput_rps=sum(n for _, n in window.served) / span,
+            queue_wait_ms_p50=_percentile_ms(window.waits, 50),
+            queue_wait_ms_p99=_percentile_ms(window.waits, 99),
+            process_ms_p50=_percentile_ms(window.processing, 50),
+            process_ms_p99=_percentile_ms(window.processing, 99),
+            transfer_ms_p50=_percentile_ms(window.transfer, 50),
+            transfer_ms_p99=_percentile_ms(window.transfer, 99),
             pending=sum(window.pending.values()),
             workers_healthy=healthy,
             workers_known=len(window.seen),

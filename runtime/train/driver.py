@@ -101,7 +101,12 @@ def plan_for(config: TrainConfig, nodes: tuple[NodeCapacity, ...]) -> CapacityPl
     )
 
 
-def run_training(config: TrainConfig, echo: Printer = print) -> TrainResult:
+def print_now(line: str) -> None:
+    """Print a line at once, also when stdout is a pipe (a pod's log): progress is live."""
+    print(line, flush=True)
+
+
+def run_training(config: TrainConfig, echo: Printer = print_now) -> TrainResult:
     """Plan, resume or start fresh, start services, train to the last step, report, clean up."""
     config = localize(config)
     run_id = f"{config.run.name}-{uuid.uuid4().hex[:6]}"

@@ -55,13 +55,14 @@ def test_a_window_without_samples_reads_n_a_not_zero() -> None:
     assert "queue wait p50/p99 1.00/1.00 ms" in summary.line()
 
 
-def test_a_summary_as_of_a_past_moment_ignores_later_reports() -> None:
-    """The driver's final summary is taken as of the last step, after the services stopped."""
+def test_a_summary_as_of_the_last_step_judges_health_then_and_counts_later_reports() -> None:
+    """The driver's final summary is taken as of the last step, after the services stopped;
+    a report that arrives after that step describes work done before it."""
     state = FleetState(window_s=30, stale_after_s=5)
     state.record_worker(_sample("w0", "a", 10, [0.001] * 10), now=100.0)
     state.record_worker(_sample("w0", "a", 10, [0.009] * 10), now=103.0)
-    as_of = state.summaries(now=101.0)["enc"]
-    assert as_of.throughput_rps == pytest.approx(10 / 1.0)
-    assert as_of.queue_wait_ms_p99 == pytest.approx(1.0)
+    as_of = state.summaries(now=102.0)["enc"]
     assert (as_of.workers_healthy, as_of.workers_known) == (1, 1)
+    assert as_of.throughput_rps == pytest.approx(20 / 2.0)
+    assert as_of.queue_wait_ms_p99 == pytest.approx(9.0)
     assert state.summaries(now=120.0)["enc"].workers_healthy == 0  # later: silent for 17 s
