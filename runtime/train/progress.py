@@ -107,10 +107,11 @@ class ProgressRecorder:
     Also a `FleetSink`, so that the FleetReporter's summaries reach the driver's output.
     """
 
-    def __init__(self, run_id: str, steps: int, samples_per_step: int, first_step: int) -> None:
+    def __init__(self, run_id: str, steps: int, samples_per_step: int, done: int) -> None:
+        """`done`: the steps already taken (by the checkpoint resumed from)."""
         self.actor = ray.get_actor(progress_name(run_id))
         self.steps, self.samples_per_step = steps, samples_per_step
-        self.previous = (first_step, time.time())
+        self.previous = (done, time.time())
         self.pending: Any = None
 
     def step(self, step: int, loss: float) -> None:

@@ -45,7 +45,7 @@ def test_the_driver_prints_what_rank_0_records_in_order(local_ray: None) -> None
     actor = start_progress("progresstest")
     lines: list[str] = []
     with printing(actor, lines.append, every_s=0.05):
-        recorder = ProgressRecorder("progresstest", steps=4, samples_per_step=128, first_step=2)
+        recorder = ProgressRecorder("progresstest", steps=4, samples_per_step=128, done=2)
         recorder.step(3, 0.5)
         deadline = time.monotonic() + 30
         while not lines and time.monotonic() < deadline:
