@@ -154,7 +154,7 @@ class AuxClient:
 
     def _receive(self, timeout_s: float) -> None:
         for sock, _ in self._poller.poll(max(1, int(timeout_s * 1000))):
-            for head, *frames in drain(sock, heads=1):
+            for head, *frames in drain(sock, heads=1, ready=True):
                 rid = request_id(head)
                 if rid in self._abandoned:
                     self._abandoned.discard(rid)

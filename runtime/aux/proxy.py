@@ -76,6 +76,9 @@ class ProxyCore:
         self.address = f"tcp://{host}:{port}"
         self.backend = tune(context.socket(zmq.ROUTER))
         self.backend.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a dead worker raises
+        # A restarted worker reuses its identity; it must take over even if the dead one's
+        # connection is not reaped yet (the default refuses the newcomer, losing its hello).
+        self.backend.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self.backend.bind(backend)
         self.backend_address = backend
         self.workers: dict[bytes, str] = {}  # worker id -> incarnation
@@ -93,9 +96,11 @@ class ProxyCore:
         poller.register(self.backend, zmq.POLLIN)
         try:
             while not self.stop.is_set():
-                if poller.poll(POLL_MS):  # drain() asks each socket, so the events are not read
-                    self._from_clients()
-                    self._from_workers()
+                for sock, _ in poller.poll(POLL_MS):
+                    if sock is self.frontend:
+                        self._from_clients()
+                    else:
+                        self._from_workers()
                 self._housekeeping()
         finally:
             self.frontend.close()
@@ -104,12 +109,12 @@ class ProxyCore:
 
     def _from_clients(self) -> None:
         """Route on the binary prefix alone; the descriptor and arrays pass through unread."""
-        for client, head, *rest in drain(self.frontend, heads=2):
+        for client, head, *rest in drain(self.frontend, heads=2, ready=True):
             rid, _, deadline, _ = REQUEST.unpack_from(head)
             self._dispatch(_Flight(client, (client, rid), [head, *rest], deadline))
 
     def _from_workers(self) -> None:
-        for worker, client, *rest in drain(self.backend, heads=3):
+        for worker, client, *rest in drain(self.backend, heads=3, ready=True):
             if client == CONTROL:
                 self._control(worker, json.loads(rest[0]))
                 continue

@@ -19,7 +19,7 @@ import json
 import math
 import struct
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,13 @@ REQUEST = struct.Struct("<QIdI")  # id, caller's rank, deadline (wall clock; 0: 
 REPLY = struct.Struct("<QBddI")  # id, status, queue wait s, processing s, descriptor length
 _ID = struct.Struct("<Q")  # both prefixes start with the request id
 
+# Distinct descriptors remembered per process (a service sees a few methods and shapes);
+# past this many, new ones are encoded and parsed each time instead.
+DESCRIPTOR_CACHE = 1024
+_TEXTS: dict[tuple[Any, ...], bytes] = {}
+_PARSED: dict[bytes, dict[str, Any]] = {}
+_JSON = json.JSONEncoder(separators=(",", ":"))
+
 
 class Status:
     """Values of a reply's status byte."""
@@ -70,8 +77,8 @@ class Status:
 
 
 # Plain ints: pyzmq's enum arithmetic shows up in profiles of the forwarding loop.
-_EVENTS, _POLLIN, _RCVMORE, _SNDMORE = (
-    int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE), int(zmq.SNDMORE)
+_EVENTS, _POLLIN, _NOBLOCK, _SNDMORE = (
+    int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK), int(zmq.SNDMORE)
 )
 
 
@@ -84,10 +91,13 @@ def tune(sock: zmq.Socket) -> zmq.Socket:
 
 def recv_message(sock: zmq.Socket, heads: int) -> list[Any]:
     """One message: its first `heads` frames (identities, head) as bytes, the array frames
-    after them as zmq.Frames, whose memory numpy maps without a copy."""
-    parts = [sock.recv(0, copy=True)]
-    while sock.getsockopt(_RCVMORE):
-        parts.append(sock.recv(0, copy=len(parts) < heads))
+    after them as zmq.Frames, whose memory numpy maps without a copy. (A Frame knows whether
+    more follow; asking the socket for RCVMORE costs more.)"""
+    frame = sock.recv(_NOBLOCK, copy=False)  # callers know a message waits: never hang here
+    parts = [frame.bytes]
+    while frame.more:
+        frame = sock.recv(0, copy=False)
+        parts.append(frame.bytes if len(parts) < heads else frame)
     return parts
 
 
@@ -98,10 +108,11 @@ def send_message(sock: zmq.Socket, frames: Sequence[Any]) -> None:
         sock.send(frame, _SNDMORE if index < last else 0, copy=False)
 
 
-def drain(sock: zmq.Socket, heads: int) -> Iterator[list[Any]]:
-    """Every message waiting on `sock`, without blocking; asks the socket's event state
-    instead of provoking a zmq.Again exception after the last message."""
-    while sock.getsockopt(_EVENTS) & _POLLIN:
+def drain(sock: zmq.Socket, heads: int, ready: bool = False) -> Iterator[list[Any]]:
+    """Every message waiting on `sock`, without blocking; `ready` when a poll just said a
+    message is there. Asks the socket's event state rather than provoking zmq.Again."""
+    while ready or sock.getsockopt(_EVENTS) & _POLLIN:
+        ready = False
         yield recv_message(sock, heads)
 
 
@@ -118,46 +129,62 @@ def _as_array(value: Any) -> tuple[np.ndarray, bool] | None:
     return None
 
 
-def _encode(
-    prefix: Callable[[int], bytes], descriptor: dict[str, Any], payload: Mapping[str, Any] | None
-) -> list[Any]:
-    """Head frame plus large-array frames, which share memory with the caller's arrays."""
+def _split(payload: Mapping[str, Any]) -> tuple[dict[str, Any], tuple, list[Any], list[Any]]:
+    """Plain values, array specs, inline array bytes (padded) and large-array frames."""
+    meta: dict[str, Any] = {}
+    specs: list[tuple[Any, ...]] = []
     inline: list[Any] = []
     frames: list[Any] = []
-    if payload:
-        meta: dict[str, Any] = {}
-        specs: list[list[Any]] = []
-        for key, value in payload.items():
-            found = _as_array(value)
-            if found is None:
-                meta[key] = value
-                continue
-            array, is_tensor = found
-            small = array.nbytes < INLINE_LIMIT
-            specs.append([key, array.dtype.str, list(array.shape), is_tensor, small])
-            data = array.reshape(-1).view(np.uint8).data
-            if small:
-                inline += (data, bytes(-array.nbytes % _ALIGN))
-            else:
-                frames.append(data)
-        descriptor["meta"], descriptor["arrays"] = meta, specs
-    return [_head(prefix, descriptor, inline), *frames]
+    for key, value in payload.items():
+        found = _as_array(value)
+        if found is None:
+            meta[key] = value
+            continue
+        array, is_tensor = found
+        small = array.nbytes < INLINE_LIMIT
+        specs.append((key, array.dtype.str, array.shape, is_tensor, small))
+        data = array.reshape(-1).view(np.uint8).data
+        if small:
+            inline += (data, bytes(-array.nbytes % _ALIGN))
+        else:
+            frames.append(data)
+    return meta, tuple(specs), inline, frames
 
 
-def _head(prefix: Callable[[int], bytes], descriptor: dict[str, Any], inline: list[Any]) -> bytes:
-    text = json.dumps(descriptor, separators=(",", ":")).encode() if descriptor else b""
+def _describe(fields: tuple[tuple[str, Any], ...], meta: dict[str, Any], specs: tuple) -> bytes:
+    """The descriptor's JSON. Without plain values it depends only on the method and the
+    arrays' shapes, which repeat call after call, so that text is remembered."""
+    if meta or not specs:
+        descriptor = dict(fields)
+        if meta or specs:
+            descriptor["meta"], descriptor["arrays"] = meta, specs
+        return _JSON.encode(descriptor).encode() if descriptor else b""
+    key = (fields, specs)
+    text = _TEXTS.get(key)
+    if text is None:
+        text = _JSON.encode({**dict(fields), "meta": {}, "arrays": specs}).encode()
+        if len(_TEXTS) < DESCRIPTOR_CACHE:
+            _TEXTS[key] = text
+    return text
+
+
+def _encode(
+    prefix: struct.Struct, values: tuple[Any, ...], fields: tuple[tuple[str, Any], ...],
+    payload: Mapping[str, Any] | None,
+) -> list[Any]:
+    """Head frame plus large-array frames, which share memory with the caller's arrays."""
+    meta, specs, inline, frames = _split(payload) if payload else ({}, (), [], [])
+    text = _describe(fields, meta, specs)
     if inline:  # JSON allows trailing blanks: they align the first inline array
-        size = len(text)
-        text += b" " * (-(len(prefix(size)) + size) % _ALIGN)
-    return b"".join((prefix(len(text)), text, *inline))
+        text += b" " * (-(prefix.size + len(text)) % _ALIGN)
+    return [b"".join((prefix.pack(*values, len(text)), text, *inline)), *frames]
 
 
 def encode_request(
     rid: int, rank: int, deadline: float, method: str, payload: Mapping[str, Any] | None
 ) -> list[Any]:
     """A request's frames: routing prefix, method and payload description, arrays."""
-    return _encode(lambda size: REQUEST.pack(rid, rank, deadline, size), {"method": method},
-                   payload)
+    return _encode(REQUEST, (rid, rank, deadline), (("method", method),), payload)
 
 
 def encode_reply(
@@ -165,16 +192,26 @@ def encode_reply(
     timing: tuple[float, float] = (0.0, 0.0), failure: dict[str, str] | None = None,
 ) -> list[Any]:
     """A reply's frames; `timing` is the worker's (queue wait, processing) in seconds."""
-    return _encode(lambda size: REPLY.pack(rid, status, *timing, size), dict(failure or {}),
-                   payload)
+    fields = tuple(failure.items()) if failure else ()
+    return _encode(REPLY, (rid, status, *timing), fields, payload)
 
 
-def read_descriptor(head: bytes, prefix: struct.Struct) -> tuple[dict[str, Any], int]:
+def read_descriptor(head: bytes, prefix: struct.Struct) -> tuple[Mapping[str, Any], int]:
     """The JSON descriptor after the binary prefix (empty when there is none) and the offset
-    where the inline arrays start."""
+    where the inline arrays start. Descriptors without plain values or failures are shared
+    between calls (remembered by their text): read them, never change them."""
     start = prefix.size
     end = start + prefix.unpack_from(head)[-1]
-    return (json.loads(head[start:end]) if end > start else {}), end
+    if end == start:
+        return {}, end
+    text = head[start:end]
+    descriptor = _PARSED.get(text)
+    if descriptor is None:
+        descriptor = json.loads(text)
+        shared = not descriptor.get("meta") and "error" not in descriptor
+        if shared and len(_PARSED) < DESCRIPTOR_CACHE:
+            _PARSED[text] = descriptor
+    return descriptor, end
 
 
 def decode_body(

@@ -88,17 +88,19 @@ class WorkerCore:
 
     def _tick(self, sock: zmq.Socket, poller: zmq.Poller) -> None:
         # With work queued, only take what already arrived (drain does not block); idle, wait.
-        if len(self.queues) or poller.poll(IDLE_POLL_MS):
-            self._intake(sock)
+        if len(self.queues):
+            self._intake(sock, ready=False)
+        elif poller.poll(IDLE_POLL_MS):
+            self._intake(sock, ready=True)
         request = self.queues.take()
         if request is not None:
             self._serve(sock, request)
         if time.monotonic() >= self._next_report:
             self._heartbeat(sock)
 
-    def _intake(self, sock: zmq.Socket) -> None:
+    def _intake(self, sock: zmq.Socket, ready: bool) -> None:
         """Move everything that arrived into the per-rank queues; refuse what does not fit."""
-        for client, head, *frames in drain(sock, heads=2):
+        for client, head, *frames in drain(sock, heads=2, ready=ready):
             rid, rank, deadline, _ = REQUEST.unpack_from(head)
             if not self.queues.offer(rank, _Request(client, rid, deadline, head, frames,
                                                     time.time())):

@@ -58,6 +58,7 @@ def test_arrays_are_views_of_the_received_frames() -> None:
         big = np.random.default_rng(0).random(1 << 15)
         assert big.nbytes >= COPY_THRESHOLD
         send_message(client, encode_request(1, 0, 0.0, "echo", {"x": big, "s": np.ones(4)}))
+        assert server.poll(5000)
         head, *frames = recv_message(server, heads=1)
         descriptor, offset = read_descriptor(head, REQUEST)
         out = decode_body(descriptor, offset, head, frames)
