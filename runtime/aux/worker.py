@@ -133,7 +133,7 @@ class WorkerCore:
         self._sample.served += 1
         try:
             return encode_reply(request.rid, status, result, (waited, processed), failure)
-        except (TypeError, ValueError) as error:  # a result the wire cannot carry
+        except Exception as error:  # a result the wire cannot carry (not JSON, not a dict)
             failure = {"error_type": type(error).__name__, "error": f"reply: {error}"}
             return encode_reply(request.rid, Status.ERROR, None, (waited, processed), failure)
 

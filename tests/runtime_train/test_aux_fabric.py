@@ -68,6 +68,26 @@ def test_service_errors_reach_the_caller_typed(fabric: Fabric) -> None:
     assert caught.value.remote_type == "ValueError"
 
 
+class Unsendable(EchoService):
+    """`opaque` returns a value the wire cannot carry (not JSON, not an array)."""
+
+    def handle(self, method: str, payload: dict) -> dict:
+        if method == "opaque":
+            return {"handle": object()}
+        return super().handle(method, payload)
+
+
+def test_a_result_the_wire_cannot_carry_comes_back_as_an_error(tmp_path: Path) -> None:
+    built = Fabric(tmp_path, OnWorkerLoss.RETRY, 64)
+    try:
+        built.add_worker("w0", Unsendable())
+        with pytest.raises(RemoteError, match=r"TypeError: reply: .* not JSON serializable"):
+            built.client(0).call("opaque", {})
+        assert built.client(1).call("where", {})  # the worker survived and still serves
+    finally:
+        built.close()
+
+
 def test_deadline_expires_instead_of_waiting_forever(fabric: Fabric) -> None:
     with pytest.raises(AuxTimeout):
         fabric.client(0, timeout_s=0.2).call("sleep", {"seconds": 1.0})
