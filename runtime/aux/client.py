@@ -147,7 +147,11 @@ class AuxClient:
         """Transfer time = round trip - queue wait - processing; reported now and then."""
         self._transfers.append(transfer_s)
         if time.monotonic() >= self._next_report:
-            self._next_report = time.monotonic() + self.report_interval_s
+            self._flush_transfers()
+
+    def _flush_transfers(self) -> None:
+        self._next_report = time.monotonic() + self.report_interval_s
+        if self.report is not None and self._transfers:
             sample = ClientSample(self.handle.service, self.rank, self._transfers[-SAMPLE_CAP:])
             self._transfers = []
             self.report(sample)
@@ -176,6 +180,7 @@ class AuxClient:
         raise AuxTimeout(f"{service}: deadline passed before the request was served")
 
     def close(self) -> None:
-        """Close the sockets."""
+        """Report the transfer times still held (short runs), then close the sockets."""
+        self._flush_transfers()
         for sock in self._sockets:
             sock.close()

@@ -69,6 +69,11 @@ class _Targets:
             return self.local.handle("encode", {"x": x})["y"]
         return self.client.call("encode", {"x": x})["y"]
 
+    def close(self) -> None:
+        """Close the client's sockets, reporting the transfer times it still holds."""
+        if self.client is not None:
+            self.client.close()
+
 
 def _client_reporter(run_id: str) -> Callable[[Any], None]:
     monitor = ray.get_actor(monitor_name(run_id))
@@ -117,7 +122,7 @@ def _train(
     targets, batches = _Targets(context, services, rank), build_batches(config, rank)
     state = TrainState(model, optimizer, batches)
     checkpoint = CheckpointManager(config.checkpoint, state, aux_hooks(coordinator))
-    with closing(batches), checkpoint:
+    with closing(batches), closing(targets), checkpoint:
         done = checkpoint.resume(context.resume)
         recorder = _recorder(context, rank, done)
         hooks = _step_hooks(context, services, checkpoint, recorder)
