@@ -94,4 +94,4 @@ class RenderCache:
 
 def _generator_files() -> list[Path]:
     package = Path(generator.__file__).parent
-    return sorted(p for p in package.rglob("*") if p.suffix in {".py", ".j2"})
+    return sorted(p for p in package.rglob("*") if p.suffix in {".py", ".j2", ".json"})

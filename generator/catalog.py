@@ -9,18 +9,23 @@
 
 from __future__ import annotations
 
+import os
+import pickle
 import re
+import tempfile
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from generator.cache import digest
 from generator.errors import InvalidInput, Problem
 from generator.problems import problems_from_validation
 from generator.units import CpuCount, Quantity, quantity_value
 from generator.yamlio import FieldPath, LineMap, line_of, load_document
 
+PARSE_CACHE = ".gkr/cache/catalog"
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 PINNED_IMAGE = r"^[^@\s]+@sha256:[0-9a-f]{64}$"
 
@@ -200,11 +205,30 @@ def load_model(model: type[M], path: Path, root: Path) -> tuple[M, LineMap]:
     display = _display(path, root)
     if not path.is_file():
         raise InvalidInput([Problem(display, None, "", "file not found")])
-    data, lines = load_document(path, display)
+    data, lines = _parsed(path, display, root)
     try:
         return model.model_validate(data or {}), lines
     except ValidationError as error:
         raise InvalidInput(problems_from_validation(error, display, lines, model)) from None
+
+
+def _parsed(path: Path, display: str, root: Path) -> tuple[Any, LineMap]:
+    """ruamel's parse (with line numbers) of a catalog file, memoised on disk by content:
+    catalog files are read on every render, and ruamel's pure-Python parser is slow."""
+    text = path.read_bytes()
+    memo = root / PARSE_CACHE / f"{digest(display.encode(), text)}.pickle"
+    try:
+        with memo.open("rb") as handle:
+            return pickle.load(handle)
+    except (OSError, pickle.UnpicklingError, EOFError):
+        pass
+    parsed = load_document(path, display, text.decode("utf-8"))
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=memo.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as handle:
+        pickle.dump(parsed, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(name, memo)
+    return parsed
 
 
 def _display(path: Path, root: Path) -> str:
@@ -260,6 +284,10 @@ class Catalog:
                               f"{name} nodes have {accelerator.gpu_nics} GPU NICs: list exactly "
                               f"{accelerator.gpu_nics} networks"))
         return found
+
+    def load_all(self) -> None:
+        """Parse every catalog file now (before forking render workers)."""
+        _ = self.platform, self.accelerators, self.images, self.clusters
 
     def files(self) -> list[Path]:
         """Every catalog file, for cache keys and change detection."""

@@ -43,8 +43,9 @@ def environment() -> jinja2.Environment:
 class _Embeds:
     """Sub-documents placed by templates as tokens and swapped in after parsing.
 
-    `{{ embed(pod) }}` prints a token instead of re-serialising an already-built pod, so
-    the (slow) YAML constructor never parses the same structure twice.
+    `{{ embed(value) }}` prints a token instead of serialising a structured value (a pod,
+    an env list, a catalog sidecar), so the (slow, pure-Python) YAML constructor parses only
+    the template's own structure.
     """
 
     def __init__(self) -> None:
@@ -52,7 +53,9 @@ class _Embeds:
 
     def __call__(self, value: Any) -> str:
         token = f"@gkr-embed-{len(self.objects)}@"
-        self.objects[token] = value
+        # A JSON round trip is a fast deep copy: documents never share objects with the
+        # catalog or with each other.
+        self.objects[token] = json.loads(json.dumps(value))
         return json.dumps(token)
 
     def substitute(self, node: Any) -> Any:

@@ -9,9 +9,11 @@ is removed. Folders listed in GENERATED_ROOTS belong to the generator entirely.
 from __future__ import annotations
 
 import difflib
+import multiprocessing
 import os
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,38 +72,70 @@ class RenderContext:
 Producer = Callable[[RenderContext, Tree], None]
 
 
+# Below this many uncached specs, rendering in one process beats starting workers.
+PARALLEL_THRESHOLD = 200
+
+
 def render_jobs(root: Path, catalog: Catalog, cache: RenderCache | None) -> list[RenderedJob]:
-    """Resolve and render every spec under jobs/; reports the problems of all specs at once."""
-    rendered, problems = [], []
-    for path in spec_files(root):
-        try:
-            rendered.append(_render_spec(path, root, catalog, cache))
-        except InvalidInput as error:
-            problems += error.problems
+    """Resolve and render every spec under jobs/; reports the problems of all specs at once.
+
+    Cached specs are rebuilt cheaply; the others are rendered, on every core when there are
+    many (a cold render of a large repository is CPU-bound Python)."""
+    paths = spec_files(root)
+    keys = [digest(p.as_posix().encode(), p.read_bytes()) for p in paths]
+    cached = {key: cache.get(key) for key in keys} if cache else {}
+    missing = [(p, k) for p, k in zip(paths, keys, strict=True) if cached.get(k) is None]
+    fresh = dict(zip((k for _, k in missing), _render_all([p for p, _ in missing], root,
+                                                          catalog), strict=True))
+    problems = [p for outcome in fresh.values() if isinstance(outcome, list) for p in outcome]
     if problems:
         raise InvalidInput(problems)
+    rendered = []
+    for path, key in zip(paths, keys, strict=True):
+        entry = cached.get(key) or fresh[key]
+        if cache and key in fresh:
+            cache.put(key, entry)
+        display = path.relative_to(root).as_posix()
+        job = assemble(entry.spec, entry.team, display, entry.user_env, catalog)
+        rendered.append(RenderedJob(job, job_path(job), entry.documents, entry.text))
     return rendered
 
 
-def _render_spec(
-    path: Path, root: Path, catalog: Catalog, cache: RenderCache | None
-) -> RenderedJob:
-    key = digest(path.as_posix().encode(), path.read_bytes())
-    entry = cache.get(key) if cache else None
-    if entry is not None:
-        display = path.relative_to(root).as_posix()
-        job = assemble(entry.spec, entry.team, display, entry.user_env, catalog)
-        return RenderedJob(job, job_path(job), entry.documents, entry.text)
-    loaded = load_spec(path, root)
-    job = resolve(loaded, catalog)
+def _render_all(paths: list[Path], root: Path, catalog: Catalog) -> list[Entry | list[Problem]]:
+    workers = min(os.cpu_count() or 1, len(paths) // (PARALLEL_THRESHOLD // 2))
+    if len(paths) < PARALLEL_THRESHOLD or workers < 2:
+        return [_render_spec(path, root, catalog) for path in paths]
+    catalog.load_all()  # forked workers inherit the parsed catalog
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                             initializer=_adopt, initargs=(root, catalog)) as pool:
+        return list(pool.map(_render_in_worker, paths, chunksize=32))
+
+
+_WORKER: tuple[Path, Catalog] | None = None
+
+
+def _adopt(root: Path, catalog: Catalog) -> None:
+    global _WORKER
+    _WORKER = (root, catalog)
+
+
+def _render_in_worker(path: Path) -> Entry | list[Problem]:
+    assert _WORKER is not None
+    return _render_spec(path, *_WORKER)
+
+
+def _render_spec(path: Path, root: Path, catalog: Catalog) -> Entry | list[Problem]:
+    """One spec rendered from scratch, as a cache entry (or its problems)."""
+    try:
+        loaded = load_spec(path, root)
+        job = resolve(loaded, catalog)
+    except InvalidInput as error:
+        return error.problems
     documents = render_job(job)
     text = HEADER.format(source=job.source) + dump_documents(documents)
     env_file = path.parent / job.spec.env_file if job.spec.env_file else None
     dependencies = {str(env_file): file_digest(env_file)} if env_file else {}
-    if cache:
-        cache.put(key, Entry(job.spec, loaded.source.team, job.user_env, documents, text,
-                             dependencies))
-    return RenderedJob(job, job_path(job), documents, text)
+    return Entry(job.spec, loaded.source.team, job.user_env, documents, text, dependencies)
 
 
 def job_path(job: ResolvedJob) -> str:

@@ -168,3 +168,21 @@ def test_example_tree_covers_kinds_teams_clusters_accelerators() -> None:
     assert {s["kind"] for s in specs} == {"rayjob", "raycluster", "job"}
     assert len({s["team"] for s in specs}) >= 2 and len({s["cluster"] for s in specs}) >= 2
     assert len({s.get("accelerator") for s in specs} - {None}) >= 3
+
+
+def test_many_specs_render_in_parallel_exactly_as_one_by_one(repo, spec, monkeypatch) -> None:
+    """Above the threshold, cold renders fan out to forked workers; the bytes are the same."""
+    import generator.tree as tree_module
+
+    for i in range(12):
+        repo.write_spec(f"many-{i:02d}", spec(pods=1 + i % 3, env={"I": str(i)}))
+    repo.write_spec("broken", spec(gpus=99))
+    monkeypatch.setattr(tree_module, "PARALLEL_THRESHOLD", 4)
+    with pytest.raises(InvalidInput) as raised:  # problems travel back from the workers
+        render_tree(repo.root, use_cache=False)
+    assert [p.file for p in raised.value.problems] == ["jobs/ml/broken.yaml"]
+    (repo.root / "jobs/ml/broken.yaml").unlink()
+    parallel = render_tree(repo.root, use_cache=False).files
+    monkeypatch.setattr(tree_module, "PARALLEL_THRESHOLD", 10_000)
+    assert render_tree(repo.root, use_cache=False).files == parallel
+    assert len([p for p in parallel if "/jobs/team-ml/many-" in p]) == 12
