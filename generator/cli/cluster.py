@@ -139,7 +139,7 @@ def _preflight_after_submit(api: KubeApi, job: ResolvedJob, timeout: int,
     pods = wait_running(api, job.namespace, job.name, expected_pods(job), timeout,
                         lambda line: err_console.print(line))
     kubectl = Kubectl(job.cluster.kube_context, job.namespace)
-    expect = expectations(job.accelerator)
+    expect = expectations(job.accelerator, gpus=job.gpus)
     results = [exec_preflight(kubectl, pod, expect) for pod in pods
                if (pod["metadata"].get("labels") or {}).get("gkr.dev/role") in ("worker", "job")]
     try:

@@ -21,12 +21,15 @@ ENV_VAR = "GKR_PREFLIGHT"  # read by runtime.preflight in the pod
 SHM = {"path": "/dev/shm", "filesystem": "tmpfs"}  # emptyDir medium Memory is a tmpfs
 
 
-def expectations(accelerator: Accelerator | None, node: str | None = None) -> dict[str, Any]:
-    """The JSON the pod's preflight checks against: all of it comes from the catalog."""
+def expectations(
+    accelerator: Accelerator | None, node: str | None = None, gpus: int | None = None
+) -> dict[str, Any]:
+    """The JSON the pod's preflight checks against: all of it comes from the catalog, except
+    the GPUs a pod was given (a whole node unless the job asked for fewer)."""
     if accelerator is None:
         return {"gpus": 0} | ({"node": node} if node else {})
     data: dict[str, Any] = {
-        "gpus": accelerator.gpus_per_node,
+        "gpus": accelerator.gpus_per_node if gpus is None else gpus,
         "transport_env": {k: v for k, v in accelerator.env.items() if k.startswith("NCCL_")},
         "plugin_paths": accelerator.plugin_paths,
         "mounts": [SHM],

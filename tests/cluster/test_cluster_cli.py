@@ -250,3 +250,13 @@ def test_shell_starts_a_development_pod_when_none_exists(repo, apiserver, monkey
     assert created["spec"]["activeDeadlineSeconds"] == 8 * 3600
     (argv,) = ran
     assert argv[-6:] == ["-it", "scratch-0", "-c", "main", "--", "/bin/bash"]
+
+
+def test_preflight_expects_the_gpus_the_pod_was_given(repo):
+    """A 1-GPU development pod sees one GPU; the node check Job takes the whole node."""
+    from generator.cluster.preflight import expectations
+
+    accelerator = Catalog(repo).accelerators["H200"]
+    assert expectations(accelerator, gpus=1)["gpus"] == 1
+    assert expectations(accelerator, node="n1")["gpus"] == 8
+    assert expectations(None)["gpus"] == 0
