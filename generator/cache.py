@@ -50,6 +50,24 @@ class Entry:
         return all(file_digest(Path(p)) == h for p, h in self.dependencies.items())
 
 
+def load_pickle(path: Path) -> Any | None:
+    """A cached object, or None when it is missing or unreadable (the cache is disposable)."""
+    try:
+        with path.open("rb") as handle:
+            return pickle.load(handle)
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError, AttributeError):
+        return None
+
+
+def store_pickle(path: Path, value: Any) -> None:
+    """Write atomically, so that a concurrent reader sees the old object or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as handle:
+        pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(name, path)
+
+
 class RenderCache:
     """One pickle per entry in `.gkr/cache/<fingerprint>/`, so a render after one change
     reads the unchanged entries and writes only the new one."""
@@ -62,12 +80,8 @@ class RenderCache:
         self.new: dict[str, Entry] = {}
 
     def get(self, key: str) -> Entry | None:
-        try:
-            with (self.folder / key).open("rb") as handle:
-                entry = pickle.load(handle)
-        except (OSError, pickle.UnpicklingError, EOFError, ValueError, AttributeError):
-            return None
-        if not entry.fresh():
+        entry = load_pickle(self.folder / key)
+        if entry is None or not entry.fresh():
             return None
         self.used.add(key)
         return entry
@@ -80,10 +94,7 @@ class RenderCache:
         """Write new entries atomically; drop entries and fingerprints no longer used."""
         self.folder.mkdir(parents=True, exist_ok=True)
         for key, entry in self.new.items():
-            fd, name = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
-            with os.fdopen(fd, "wb") as handle:
-                pickle.dump(entry, handle, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(name, self.folder / key)
+            store_pickle(self.folder / key, entry)
         for stale in self.folder.iterdir():
             if stale.name not in self.used:
                 stale.unlink(missing_ok=True)

@@ -9,17 +9,14 @@
 
 from __future__ import annotations
 
-import os
-import pickle
 import re
-import tempfile
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from generator.cache import digest
+from generator.cache import digest, load_pickle, store_pickle
 from generator.errors import InvalidInput, Problem
 from generator.problems import problems_from_validation
 from generator.units import CpuCount, Quantity, quantity_value
@@ -217,17 +214,10 @@ def _parsed(path: Path, display: str, root: Path) -> tuple[Any, LineMap]:
     catalog files are read on every render, and ruamel's pure-Python parser is slow."""
     text = path.read_bytes()
     memo = root / PARSE_CACHE / f"{digest(display.encode(), text)}.pickle"
-    try:
-        with memo.open("rb") as handle:
-            return pickle.load(handle)
-    except (OSError, pickle.UnpicklingError, EOFError):
-        pass
-    parsed = load_document(path, display, text.decode("utf-8"))
-    memo.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=memo.parent, suffix=".tmp")
-    with os.fdopen(fd, "wb") as handle:
-        pickle.dump(parsed, handle, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(name, memo)
+    parsed = load_pickle(memo)
+    if parsed is None:
+        parsed = load_document(path, display, text.decode("utf-8"))
+        store_pickle(memo, parsed)
     return parsed
 
 

