@@ -1,0 +1,178 @@
+"""The one vocabulary of who is who: job, team, run, learner, replica group, rank, role, pod, node.
+
+Every `gkr.dev/` label, annotation and taint key and every `GKR_*` environment name is spelled
+here and nowhere else in hand-written code (a test enforces it). The generator writes these
+keys into manifests, the cluster commands select pods by them, Warden reads and writes them on
+nodes, and the runtime reads the environment they become, so a metric, a pod and a node can
+always be joined.
+
+This module imports nothing from the rest of the project: the images, the generator and
+Warden all depend on it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from typing import Final
+
+DOMAIN: Final = "gkr.dev"
+MANAGED_BY: Final = ("app.kubernetes.io/managed-by", "gkr")
+
+
+class JobKind(StrEnum):
+    """The three submission types of seed §2.2."""
+
+    RAYJOB = "rayjob"
+    RAYCLUSTER = "raycluster"
+    JOB = "job"
+
+
+class Role(StrEnum):
+    """What a pod does within its job."""
+
+    HEAD = "head"  # the Ray head (CPU pool; runs the driver)
+    WORKER = "worker"  # a Ray worker on a GPU node
+    JOB = "job"  # a pod of a batch/v1 Job
+    SENTINEL = "sentinel"  # the watcher of a persistent RayCluster (seed §4.3)
+    CHECK = "check"  # a node check: the preflight suite pinned to one node
+
+
+class Label:
+    """Label keys GKR puts on the objects it makes (selectable)."""
+
+    JOB: Final = f"{DOMAIN}/job"
+    KIND: Final = f"{DOMAIN}/kind"
+    TEAM: Final = f"{DOMAIN}/team"
+    ROLE: Final = f"{DOMAIN}/role"
+    CLUSTER: Final = f"{DOMAIN}/cluster"
+    TIER: Final = f"{DOMAIN}/tier"  # on PriorityClasses
+
+
+class Annotation:
+    """Annotation keys on jobs, pods and nodes (not selectable; free-form values)."""
+
+    OWNER: Final = f"{DOMAIN}/owner"
+    SOURCE: Final = f"{DOMAIN}/source"  # the spec file a manifest was rendered from
+    NODE: Final = f"{DOMAIN}/node"  # the node a check Job examines
+    RAYCLUSTER: Final = f"{DOMAIN}/raycluster"  # on a sentinel: the RayCluster it watches
+    # Relaunch reservations (seed §4.3): asked for on the RayJob, kept by Warden on nodes.
+    RELAUNCH_RESERVATION_SECONDS: Final = f"{DOMAIN}/relaunch-reservation-seconds"
+    RESERVATION_JOB: Final = f"{DOMAIN}/reservation-job"  # `<ns>/<name>` running on the node
+    RESERVATION_SECONDS: Final = f"{DOMAIN}/reservation-seconds"
+    RESERVED_UNTIL: Final = f"{DOMAIN}/reserved-until"  # RFC 3339, UTC
+    RESERVED_BY: Final = f"{DOMAIN}/reserved-by"  # `<ns>/<name>`; marks the taint as Warden's
+
+
+class Taint:
+    """Taint keys GKR puts on nodes."""
+
+    RESERVED_FOR: Final = f"{DOMAIN}/reserved-for"  # value: the namespace the node is kept for
+
+
+class Warden:
+    """Warden's memory on nodes and objects (seed §7.3): survives incidents and restarts."""
+
+    PREFIX: Final = f"warden.{DOMAIN}/"
+    CORDONS: Final = PREFIX + "cordons"
+    RECENT_CORDONS: Final = PREFIX + "recent-cordons"
+    LAST_CORDON: Final = PREFIX + "last-cordon"
+    REASON: Final = PREFIX + "reason"
+    STATE: Final = PREFIX + "state"
+    INCIDENT: Final = PREFIX + "incident"
+    POWER: Final = PREFIX + "power"
+    CORDONED_BY: Final = PREFIX + "cordoned-by"
+    SHRINK_REQUESTS: Final = PREFIX + "shrink-requests"  # on a RayCluster
+    CHECK_RUN: Final = PREFIX + "run"  # on a check Job: the workflow run that started it
+
+
+class Env:
+    """Environment names a GKR pod or process reads."""
+
+    CLUSTER: Final = "GKR_CLUSTER"
+    NAMESPACE: Final = "GKR_NAMESPACE"
+    TEAM: Final = "GKR_TEAM"
+    JOB: Final = "GKR_JOB"
+    KIND: Final = "GKR_KIND"
+    ACCELERATOR: Final = "GKR_ACCELERATOR"
+    ROLE: Final = "GKR_ROLE"
+    RUN: Final = "GKR_RUN"
+    LEARNER: Final = "GKR_LEARNER"
+    POD: Final = "GKR_POD"  # from the downward API
+    NODE: Final = "GKR_NODE"  # from the downward API
+    PREFLIGHT: Final = "GKR_PREFLIGHT"  # the preflight's expectations, JSON
+    TEMPORAL_ADDRESS: Final = "GKR_TEMPORAL_ADDRESS"
+    TEMPORAL_NAMESPACE: Final = "GKR_TEMPORAL_NAMESPACE"
+
+
+def selector(**terms: str) -> str:
+    """A Kubernetes equality label selector over GKR's labels: `selector(job="x", role="head")`."""
+    return ",".join(f"{getattr(Label, key.upper())}={value}" for key, value in terms.items())
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Which job a pod belongs to: fixed when the spec is rendered."""
+
+    cluster: str
+    namespace: str
+    team: str
+    job: str
+    kind: JobKind
+
+    def labels(self) -> dict[str, str]:
+        """The selectable labels of every object of this job (the role is added per pod)."""
+        return {MANAGED_BY[0]: MANAGED_BY[1], Label.JOB: self.job, Label.KIND: str(self.kind),
+                Label.TEAM: self.team}
+
+    def env(self) -> dict[str, str]:
+        """What a pod of this job learns about itself from its environment."""
+        return {Env.CLUSTER: self.cluster, Env.NAMESPACE: self.namespace, Env.TEAM: self.team,
+                Env.JOB: self.job, Env.KIND: str(self.kind)}
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who produced a metric, a log line or a crash: every telemetry row carries all of it.
+
+    Fields a process cannot know are empty (a driver has no rank; a local run has no pod).
+    """
+
+    cluster: str = ""
+    namespace: str = ""
+    team: str = ""
+    job: str = ""
+    kind: str = ""
+    run: str = ""
+    learner: str = ""  # one of several decoupled learners of an experiment (seed §6)
+    replica_group: int = -1  # torchft replica group; -1 when not fault-tolerant
+    rank: int = -1  # global training rank; -1 for the driver and services
+    role: str = ""
+    pod: str = ""
+    node: str = ""
+    extra: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **known: object) -> Identity:
+        """The identity a GKR pod was given through its environment, plus what the caller knows
+        (`run=`, `rank=`, …): the caller's values win."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {
+            "cluster": env.get(Env.CLUSTER, ""), "namespace": env.get(Env.NAMESPACE, ""),
+            "team": env.get(Env.TEAM, ""), "job": env.get(Env.JOB, ""),
+            "kind": env.get(Env.KIND, ""), "run": env.get(Env.RUN, ""),
+            "learner": env.get(Env.LEARNER, ""), "role": env.get(Env.ROLE, ""),
+            "pod": env.get(Env.POD, ""), "node": env.get(Env.NODE, ""),
+        }
+        return cls(**{**values, **known})  # type: ignore[arg-type]
+
+    def with_(self, **changes: object) -> Identity:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def row(self) -> dict[str, object]:
+        """The identity columns of a telemetry row."""
+        data = asdict(self)
+        data.pop("extra")
+        return data
