@@ -20,7 +20,8 @@ from typing import TypeVar
 import yaml
 
 from generator.catalog import Catalog
-from generator.tree import Changes, render_tree, write_tree
+from generator.output import Changes, write_tree
+from generator.render import render_tree
 from generator.validate import check_kustomize, validate_tree
 
 REPO = Path(__file__).resolve().parent.parent

@@ -21,6 +21,7 @@ from generator.errors import InvalidInput, Problem
 from generator.problems import problems_from_validation
 from generator.units import CpuCount, Quantity, quantity_value
 from generator.yamlio import FieldPath, LineMap, line_of, load_document
+from runtime.pods import GpuHost
 
 PARSE_CACHE = ".gkr/cache/catalog"
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
@@ -71,6 +72,14 @@ class Accelerator(_Model):
     """Static pod annotations (device lists of sidecars)."""
     sidecars: list[dict[str, Any]]
     """Native sidecars (init containers with restartPolicy Always), e.g. the TCPXO daemon."""
+
+    @cached_property
+    def host(self) -> GpuHost:
+        """What every pod on this accelerator's nodes needs (job pods and node checks alike)."""
+        return GpuHost(gpus=self.gpus_per_node, shm_size=self.shm_size,
+                       tolerations=self.tolerations, annotations=self.annotations,
+                       volumes=self.volumes, volume_mounts=self.volume_mounts,
+                       sidecars=self.sidecars, env=self.env, plugin_paths=self.plugin_paths)
 
     @property
     def pod_allocatable(self) -> Resources:
@@ -158,6 +167,13 @@ class Priority(_Model):
     """What the tier is for."""
 
 
+class NodeCheckPolicy(_Model):
+    namespace: str = Field(pattern=DNS_LABEL)
+    """Namespace of the check Jobs (Warden's, so `gkr check` and Warden share them)."""
+    privileged: bool
+    """Check pods run privileged, to read the kernel log for Xid/ECC errors (seed §2.4)."""
+
+
 class Platform(_Model):
     """Platform-wide facts: platform/catalog/gke.yaml."""
 
@@ -171,10 +187,10 @@ class Platform(_Model):
     """Kueue label keys."""
     priorities: dict[Literal["normal", "preemptible"], Priority]
     """The two scheduling tiers."""
-    reservation_taint: str
-    """Taint key of nodes reserved for a namespace after a RayJob ends."""
     kubernetes_version: str = Field(pattern=r"^1\.\d+\.\d+$")
     """Kubernetes version whose OpenAPI schemas rendered manifests are validated against."""
+    node_checks: NodeCheckPolicy
+    """Where and how node checks (`gkr check`, Warden) run."""
 
 
 class Images(_Model):

@@ -8,23 +8,16 @@ role and embedded as data.
 from __future__ import annotations
 
 import json
-import shlex
 from functools import cache
 from typing import Any
 
 import jinja2
 
+from generator.pods import plan_pods
 from generator.resolve import ResolvedJob
-from generator.units import parse_duration
 from generator.yamlio import load_all_rendered, load_rendered
-
-# Ray's default head ports: GCS, dashboard (job submission), client.
-RAY_HEAD_PORTS = [
-    {"name": "gcs", "containerPort": 6379},
-    {"name": "dashboard", "containerPort": 8265},
-    {"name": "client", "containerPort": 10001},
-]
-SENTINEL_RESOURCES = {"cpu": "100m", "memory": "128Mi"}
+from runtime.identity import Annotation, Label, Role
+from runtime.pods import build_pod
 
 
 @cache
@@ -88,61 +81,16 @@ def render_documents(name: str, **values: Any) -> list[dict[str, Any]]:
 def render_job(job: ResolvedJob) -> list[dict[str, Any]]:
     """The manifests of one job, in apply order."""
     kueue = job.platform.kueue
-    values: dict[str, Any] = {
-        "job": job,
-        "kueue_labels": {kueue["queue_label"]: job.queue,
-                         kueue["priority_label"]: job.priority.priority_class},
-    }
-    if job.kind == "job":
-        values["pod"] = _pod(job, "job", "main", command=shlex.split(job.spec.cmd or ""))
-    else:
-        values["ray_cluster_spec"] = _ray_cluster_spec(job)
-    if job.kind == "raycluster":
-        values["sentinel_pod"] = _sentinel_pod(job)
-    if job.kind == "rayjob":
-        values["reservation"] = _reservation(job)
-    return render_documents(f"{job.kind}.yaml.j2", **values)
-
-
-def _ray_cluster_spec(job: ResolvedJob) -> dict[str, Any]:
-    head = _pod(job, "head", "ray-head", ports=RAY_HEAD_PORTS,
-                resources={"cpu": job.head_cpus, "memory": job.head_memory})
-    worker = _pod(job, "worker", "ray-worker")
-    return render_template("ray_cluster_spec.yaml.j2", job=job, head_pod=head, worker_pod=worker)
-
-
-def _sentinel_pod(job: ResolvedJob) -> dict[str, Any]:
-    address = f"{job.name}-head-svc.{job.namespace}.svc.cluster.local:6379"
-    command = ["python", "-m", "runtime.sentinel", "--address", address]
-    return _pod(job, "sentinel", "sentinel", command=command, resources=SENTINEL_RESOURCES)
-
-
-def _reservation(job: ResolvedJob) -> dict[str, str]:
-    """Annotation read by the platform to keep a finished RayJob's nodes for its namespace."""
-    duration = job.spec.relaunch_reservation
-    if not duration:
-        return {}
-    return {"gkr.dev/relaunch-reservation-seconds": str(parse_duration(duration))}
-
-
-def _pod(
-    job: ResolvedJob,
-    role: str,
-    container_name: str,
-    *,
-    command: list[str] | None = None,
-    ports: list[dict[str, Any]] | None = None,
-    resources: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    return render_template(
-        "pod.yaml.j2", job=job, role=role, container_name=container_name, command=command,
-        ports=ports, resources=resources or _pod_resources(job),
+    plans = plan_pods(job)
+    pods = {str(role): build_pod(plan) for role, plan in plans.items()}
+    ray = (render_template("ray_cluster_spec.yaml.j2", job=job, pods=pods)
+           if Role.HEAD in plans else None)
+    return render_documents(
+        job.traits.template, job=job, pods=pods, ray_cluster_spec=ray,
+        kueue_labels={kueue["queue_label"]: job.queue,
+                      kueue["priority_label"]: job.priority.priority_class},
+        sentinel={"labels": plans[Role.SENTINEL].labels,
+                  "annotations": job.annotations | {Annotation.RAYCLUSTER: job.name},
+                  "selector": {Label.JOB: job.name, Label.ROLE: Role.SENTINEL}}
+        if Role.SENTINEL in plans else None,
     )
-
-
-def _pod_resources(job: ResolvedJob) -> dict[str, Any]:
-    resources: dict[str, Any] = {"cpu": job.cpus, "memory": job.memory}
-    if job.gpus:
-        resources[job.platform.gpu_resource] = job.gpus
-    return resources
-

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from generator.catalog import PINNED_IMAGE, Accelerator, Catalog
 from generator.errors import Problem
-
-if TYPE_CHECKING:
-    from generator.tree import Tree
+from generator.paths import job_path
+from generator.tree import Tree
 
 JOB_PATH = re.compile(r"^kustomize/overlays/(?P<cluster>[^/]+)/jobs/(?P<namespace>[^/]+)/[^/]+$")
 HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
@@ -25,7 +24,7 @@ HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
 
 def check_job_policies(tree: Tree, catalog: Catalog) -> list[Problem]:
     """Every policy over every rendered job manifest."""
-    accelerators = {_path(job): job.accelerator for job in tree.jobs}
+    accelerators = {job_path(job): job.accelerator for job in tree.jobs}
     problems = []
     for path, documents in sorted(tree.manifests.items()):
         match = JOB_PATH.match(path)
@@ -40,10 +39,6 @@ def check_job_policies(tree: Tree, catalog: Catalog) -> list[Problem]:
                       for message in pod_problems(pod, accelerators.get(path))]
             problems += [Problem(path, None, where, message) for message in found]
     return problems
-
-
-def _path(job: Any) -> str:
-    return f"kustomize/overlays/{job.cluster.name}/jobs/{job.namespace}/{job.name}.yaml"
 
 
 def _namespace(document: dict[str, Any], folder: str, teams: set[str]) -> list[str]:

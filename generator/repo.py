@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from generator.errors import GkrError
+from generator.errors import BadRequest
 
 MARKERS = ("clusters", "platform/catalog")
 
@@ -15,5 +15,5 @@ def find_root(start: Path | None = None) -> Path:
     for folder in (here, *here.parents):
         if all((folder / marker).is_dir() for marker in MARKERS):
             return folder
-    raise GkrError(f"{here} is not inside a GKR repository (no clusters/ and platform/catalog/); "
-                   "run from the repository or pass --root")
+    raise BadRequest(f"{here} is not inside a GKR repository (no clusters/ and platform/catalog/); "
+                     "run from the repository or pass --root")

@@ -14,11 +14,14 @@ from typing import Any
 
 from generator.catalog import Accelerator, AcceleratorPool, Catalog, Cluster, Platform, Priority
 from generator.errors import InvalidInput, Problem
+from generator.kinds import KINDS, KindTraits
 from generator.rules import URI, Context, findings
 from generator.spec import JobSpec
 from generator.specs import LoadedSpec
 from generator.units import format_cpus, parse_duration, quantity_value
 from generator.yamlio import load_document
+from runtime.identity import Annotation, Env, JobKind, Taint, Workload
+from runtime.pods import GpuHost
 
 GIB = Decimal(2**30)
 
@@ -28,7 +31,9 @@ class ResolvedJob:
     """A spec with every default and platform fact filled in; the templates' only input."""
 
     spec: JobSpec
+    traits: KindTraits
     source: str
+    workload: Workload
     team: str
     namespace: str
     queue: str
@@ -43,16 +48,16 @@ class ResolvedJob:
     head_cpus: str | int
     head_memory: str
     user_env: dict[str, str]
-    env: list[dict[str, str]]
-    gpu_env: list[dict[str, str]]
     labels: dict[str, str]
-    annotations: dict[str, str]
+    annotations: dict[str, str]  # of every object and pod
+    object_annotations: dict[str, str]  # of the top-level object: the above, and requests
     priority: Priority
     runtime_env_yaml: str | None
     container_working_dir: str | None
     deadline_seconds: int | None
     ttl_seconds: int | None
     rack_topology_key: str | None
+    min_workers: int  # KubeRay may run a preemptible job with fewer workers (seed §4.2)
 
     @property
     def name(self) -> str:
@@ -61,6 +66,37 @@ class ResolvedJob:
     @property
     def kind(self) -> str:
         return self.spec.kind
+
+    @property
+    def gpu_host(self) -> GpuHost | None:
+        return self.accelerator.host if self.accelerator else None
+
+    @property
+    def pod_resources(self) -> dict[str, Any]:
+        resources: dict[str, Any] = {"cpu": self.cpus, "memory": self.memory}
+        return resources | ({self.platform.gpu_resource: self.gpus} if self.gpus else {})
+
+    @property
+    def gpu_node_selector(self) -> dict[str, str]:
+        assert self.accelerator is not None and self.pool is not None
+        labels = self.platform.labels
+        return {labels["node_pool"]: self.pool.node_pool,
+                labels["accelerator"]: self.accelerator.gke_accelerator,
+                labels["machine_type"]: self.accelerator.machine_type}
+
+    @property
+    def cpu_node_selector(self) -> dict[str, str]:
+        return {self.platform.labels["node_pool"]: self.cluster.head_pool.name}
+
+    @property
+    def reservation_toleration(self) -> dict[str, str]:
+        """Every pod may run on nodes reserved for its own namespace (seed §4.3)."""
+        return {"key": Taint.RESERVED_FOR, "operator": "Equal", "value": self.namespace,
+                "effect": "NoSchedule"}
+
+    @property
+    def identity_env(self) -> dict[str, str]:
+        return self.workload.env() | {Env.ACCELERATOR: self.spec.accelerator or "none"}
 
     @property
     def interfaces(self) -> str | None:
@@ -103,19 +139,22 @@ def _fill(ctx: Context, display: str, user_env: dict[str, str]) -> ResolvedJob:
     cpus, memory = _pod_size(spec, cluster, accel, gpus)
     head = cluster.head_pool.head_defaults
     platform = ctx.catalog.platform
+    namespace = cluster.teams[team].namespace
+    annotations = {Annotation.OWNER: spec.owner, Annotation.SOURCE: display}
+    workload = Workload(cluster.name, namespace, team, spec.name, JobKind(spec.kind))
     return ResolvedJob(
-        spec=spec, source=display, team=team,
-        namespace=cluster.teams[team].namespace, queue=cluster.teams[team].queue,
+        spec=spec, traits=KINDS[spec.kind], source=display,
+        workload=workload,
+        team=team, namespace=namespace, queue=cluster.teams[team].queue,
         cluster=cluster, platform=platform, accelerator=accel, pool=ctx.pool,
         image=ctx.catalog.images.get(spec.image, spec.image),
         gpus=gpus, cpus=cpus, memory=memory,
         head_cpus=format_cpus(spec.head.cpus or head.cpus),
         head_memory=spec.head.memory or head.memory,
         user_env=user_env,
-        env=_env_list(spec, cluster, None, user_env),
-        gpu_env=_env_list(spec, cluster, accel, user_env),
-        labels=_labels(spec, team),
-        annotations={"gkr.dev/owner": spec.owner, "gkr.dev/source": display},
+        labels=spec.labels | workload.labels(),
+        annotations=annotations,
+        object_annotations=annotations | _reservation(spec),
         priority=platform.priorities["preemptible" if spec.preemptible else "normal"],
         runtime_env_yaml=_runtime_env(spec),
         container_working_dir=None if _is_uri(spec.working_dir) else spec.working_dir,
@@ -123,6 +162,7 @@ def _fill(ctx: Context, display: str, user_env: dict[str, str]) -> ResolvedJob:
         ttl_seconds=parse_duration(spec.ttl) if spec.ttl else None,
         rack_topology_key=(platform.topology[spec.rack_affinity.level]
                            if spec.rack_affinity else None),
+        min_workers=0 if spec.preemptible else spec.pods,
     )
 
 
@@ -164,26 +204,12 @@ def _environment(loaded: LoadedSpec, problems: list[Problem]) -> dict[str, str]:
     return {**data, **spec.env}
 
 
-def _env_list(
-    spec: JobSpec, cluster: Cluster, accel: Accelerator | None, user: dict[str, str]
-) -> list[dict[str, str]]:
-    """Accelerator defaults, then the user's variables, then GKR's identity; sorted by name."""
-    env = {**(accel.env if accel else {}), **user}
-    env |= {
-        "GKR_JOB": spec.name, "GKR_KIND": spec.kind, "GKR_CLUSTER": cluster.name,
-        "GKR_ACCELERATOR": spec.accelerator or "none",
-    }
-    return [{"name": name, "value": env[name]} for name in sorted(env)]
-
-
-def _labels(spec: JobSpec, team: str) -> dict[str, str]:
-    return {
-        **spec.labels,
-        "app.kubernetes.io/managed-by": "gkr",
-        "gkr.dev/job": spec.name,
-        "gkr.dev/kind": spec.kind,
-        "gkr.dev/team": team,
-    }
+def _reservation(spec: JobSpec) -> dict[str, str]:
+    """Asks Warden to keep a finished RayJob's nodes for its namespace a while (seed §4.3)."""
+    if not spec.relaunch_reservation:
+        return {}
+    seconds = parse_duration(spec.relaunch_reservation)
+    return {Annotation.RELAUNCH_RESERVATION_SECONDS: str(seconds)}
 
 
 def _is_uri(value: str | None) -> bool:

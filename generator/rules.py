@@ -11,8 +11,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from generator.catalog import PINNED_IMAGE, Accelerator, AcceleratorPool, Catalog, Cluster
+from generator.kinds import KINDS
 from generator.spec import JobSpec
 from generator.units import quantity_value
+from runtime.identity import DOMAIN
 
 Finding = tuple[tuple[str | int, ...], str]
 
@@ -23,9 +25,7 @@ LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 URI = re.compile(r"^(gs|https|s3|file)://\S+$")  # file://: a shared filesystem (Ray)
-RESERVED_LABEL_PREFIXES = ("gkr.dev/", "kueue.x-k8s.io/", "ray.io/", "app.kubernetes.io/")
-# KubeRay derives pod and service names from these (ray-operator utils/constant.go).
-NAME_LIMITS = {"rayjob": 47, "raycluster": 53, "job": 63}
+RESERVED_LABEL_PREFIXES = (f"{DOMAIN}/", "kueue.x-k8s.io/", "ray.io/", "app.kubernetes.io/")
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Context:
 
 
 def check_name(ctx: Context) -> Iterator[Finding]:
-    spec, limit = ctx.spec, NAME_LIMITS[ctx.spec.kind]
+    spec, limit = ctx.spec, KINDS[ctx.spec.kind].name_limit
     if not DNS_1035.match(spec.name):
         yield ("name",), (f"{spec.name!r} is not a DNS-1035 label: lower-case letters, digits "
                           "and '-', starting with a letter")
@@ -121,9 +121,6 @@ def check_pod_size(ctx: Context) -> Iterator[Finding]:
 
 def check_head(ctx: Context) -> Iterator[Finding]:
     spec, cluster = ctx.spec, ctx.cluster
-    given = spec.head.cpus is not None or spec.head.memory is not None
-    if spec.kind == "job" and given:
-        yield ("head",), "a job has no Ray head; head is for rayjob and raycluster"
     if cluster is None:
         return
     limit = cluster.head_pool.allocatable
@@ -142,16 +139,21 @@ def check_image(ctx: Context) -> Iterator[Finding]:
                        "repository@sha256:<digest>")
 
 
+def check_kind_fields(ctx: Context) -> Iterator[Finding]:
+    """Fields a kind has no use for are refused, not silently dropped."""
+    spec, traits = ctx.spec, KINDS[ctx.spec.kind]
+    if traits.needs_cmd and not spec.cmd:
+        yield ("cmd",), f"a {spec.kind} needs a command"
+    for name, instead in traits.refuses:
+        if name in spec.model_fields_set:
+            yield (name,), instead
+    if spec.working_dir and URI.match(spec.working_dir) and not traits.fetches_working_dir:
+        yield ("working_dir",), (f"a {spec.kind} cannot fetch a remote working_dir; "
+                                 "use a path in the image")
+
+
 def check_lifetime(ctx: Context) -> Iterator[Finding]:
     spec = ctx.spec
-    if spec.kind in ("rayjob", "job") and not spec.cmd:
-        yield ("cmd",), f"a {spec.kind} needs a command"
-    if spec.kind == "raycluster":
-        for name in ("deadline", "ttl"):
-            if getattr(spec, name):
-                yield (name,), "a raycluster lives until deleted; use a rayjob for a bounded run"
-    if spec.relaunch_reservation and spec.kind != "rayjob":
-        yield ("relaunch_reservation",), "only a rayjob releases nodes it could reserve"
     if spec.rack_affinity and spec.pods < 2:
         yield ("rack_affinity",), "needs more than one pod to keep together"
 
@@ -166,8 +168,6 @@ def check_environment(ctx: Context) -> Iterator[Finding]:
     if spec.working_dir and not (spec.working_dir.startswith("/") or URI.match(spec.working_dir)):
         yield ("working_dir",), ("an absolute path in the image, or a gs://, s3://, https:// or "
                                  "file:// URI")
-    if spec.working_dir and URI.match(spec.working_dir) and spec.kind == "job":
-        yield ("working_dir",), "a job cannot fetch a remote working_dir; use a path in the image"
 
 
 def check_labels(ctx: Context) -> Iterator[Finding]:
@@ -182,7 +182,7 @@ def check_labels(ctx: Context) -> Iterator[Finding]:
 
 RULES: tuple[Callable[[Context], Iterator[Finding]], ...] = (
     check_name, check_cluster_and_team, check_accelerator, check_gpus, check_pod_size,
-    check_head, check_image, check_lifetime, check_environment, check_labels,
+    check_head, check_image, check_kind_fields, check_lifetime, check_environment, check_labels,
 )
 
 

@@ -6,7 +6,6 @@ import re
 from decimal import Decimal
 from typing import Annotated
 
-from kubernetes.utils import parse_quantity
 from pydantic import AfterValidator, BeforeValidator
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
@@ -14,12 +13,14 @@ _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 def quantity_value(text: str) -> Decimal:
     """The numeric value of a Kubernetes quantity such as `512Gi` or `500m`."""
+    from kubernetes.utils import parse_quantity  # lazily: importing kubernetes slows `gkr --help`
+
     return parse_quantity(text)
 
 
 def _check_quantity(value: str) -> str:
     try:
-        amount = parse_quantity(value)
+        amount = quantity_value(value)
     except ValueError:
         raise ValueError(
             f"{value!r} is not a Kubernetes quantity; use e.g. 512Gi, 64G or 1.5Ti"

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runtime.config_errors import config_error
 from runtime.errors import ConfigError
 
 log = logging.getLogger("gkr.sentinel")
@@ -86,9 +87,7 @@ def parse_args(argv: list[str]) -> SentinelConfig:
                               timeout_s=args.timeout, failures=args.failures,
                               max_probes=args.max_probes)
     except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise ConfigError(field, first["msg"], "command line") from None
+        raise config_error(error, "command line", SentinelConfig) from None
 
 
 def main(argv: list[str] | None = None) -> int:

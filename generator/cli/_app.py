@@ -6,8 +6,10 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from generator.errors import GkrError
+from runtime.errors import RuntimeFailure
 
 app = typer.Typer(
     name="gkr",
@@ -21,12 +23,13 @@ out_console = Console(highlight=False, soft_wrap=True)
 
 
 def main() -> None:
-    """Console-script entry point: user mistakes become messages and exit codes."""
+    """Console-script entry point: the library's and the runtime's typed errors become a
+    message (never a traceback) and the exit code of their category."""
     try:
         app()
-    except GkrError as error:
-        err_console.print(f"[bold red]error:[/] {error}", markup=True)
-        sys.exit(error.exit_code)
+    except (GkrError, RuntimeFailure) as error:
+        err_console.print(f"[bold red]error:[/] {escape(str(error))}", markup=True)
+        sys.exit(error.exit_code if isinstance(error, GkrError) else int(error.category))
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)

@@ -12,24 +12,26 @@ import yaml
 from generator.catalog import Catalog, Cluster
 from generator.cli._app import app, err_console, out_console
 from generator.cli._output import Output, OutputOption, emit
-from generator.cluster import KubeApi, SubmitRequest, apply_all, job_status, list_jobs, prepare
+from generator.cluster import SubmitRequest, apply_all, job_status, list_jobs, prepare
 from generator.cluster import manifests as render_manifests
 from generator.cluster.gitops import submit_gitops
-from generator.cluster.kinds import DEPLOYMENT, TOP_LEVEL
 from generator.cluster.kubectl import SERVICES, Kubectl, main_container, select_pod
 from generator.cluster.preflight import (
-    accelerator_of_node,
-    check_job,
+    described_node,
     exec_preflight,
-    expectations,
     expected_pods,
+    node_check_job,
+    pod_expectations,
     run_on_node,
     wait_running,
 )
-from generator.errors import CheckFailed, GkrError
+from generator.cluster.status import TOP_LEVEL
+from generator.errors import BadRequest, CheckFailed
 from generator.repo import find_root
 from generator.resolve import ResolvedJob
 from generator.spec import Kind
+from runtime.identity import Label, Role, selector
+from runtime.kube import DEPLOYMENT, NODE, POD, Kube
 
 ClusterOption = Annotated[str, typer.Option("--cluster", help="Cluster from clusters/.")]
 NamespaceOption = Annotated[str | None, typer.Option(
@@ -40,7 +42,8 @@ def _cluster(name: str) -> tuple[Catalog, Cluster]:
     catalog = Catalog(find_root())
     cluster = catalog.clusters.get(name)
     if cluster is None:
-        raise GkrError(f"--cluster {name!r}: unknown; known: {', '.join(sorted(catalog.clusters))}")
+        known = ", ".join(sorted(catalog.clusters))
+        raise BadRequest(f"--cluster {name!r}: unknown; known: {known}")
     return catalog, cluster
 
 
@@ -49,8 +52,8 @@ def _namespace(cluster: Cluster, namespace: str | None) -> str:
         return namespace
     if len(cluster.teams) == 1:
         return next(iter(cluster.teams.values())).namespace
-    raise GkrError(f"--namespace is needed on {cluster.name}: "
-                   + ", ".join(t.namespace for t in cluster.teams.values()))
+    raise BadRequest(f"--namespace is needed on {cluster.name}: "
+                     + ", ".join(t.namespace for t in cluster.teams.values()))
 
 
 @app.command()
@@ -100,7 +103,7 @@ def submit(
         branch, sha = submit_gitops(root, job, env.resolve() if env else None)
         out_console.print(f"committed {sha[:10]} on branch {branch}: push it and open a PR")
     else:
-        api = KubeApi.connect(job.cluster.kube_context)
+        api = Kube.connect(job.cluster.kube_context)
         for obj in apply_all(api, documents):
             meta = obj["metadata"]
             out_console.print(f"applied {obj['kind']} {meta['namespace']}/{meta['name']} "
@@ -109,24 +112,24 @@ def submit(
             _preflight_after_submit(api, job, timeout, teardown)
 
 
-def _preflight_after_submit(api: KubeApi, job: ResolvedJob, timeout: int,
+def _preflight_after_submit(api: Kube, job: ResolvedJob, timeout: int,
                             teardown: bool | None) -> None:
     """Seed §2.4: check the placed pods; on a fault offer to tear the job down."""
     pods = wait_running(api, job.namespace, job.name, expected_pods(job), timeout,
                         lambda line: err_console.print(line))
     kubectl = Kubectl(job.cluster.kube_context, job.namespace)
-    expect = expectations(job.accelerator, gpus=job.gpus)
+    expect = pod_expectations(job)
     results = [exec_preflight(kubectl, pod, expect) for pod in pods
-               if (pod["metadata"].get("labels") or {}).get("gkr.dev/role") in ("worker", "job")]
+               if (pod["metadata"].get("labels") or {}).get(Label.ROLE) in (Role.WORKER, Role.JOB)]
     try:
         _report(results, Output.table)
     except CheckFailed:
         if teardown is None:
             teardown = typer.confirm(f"tear down {job.kind} {job.namespace}/{job.name}?")
         if teardown:
-            api.delete(TOP_LEVEL[job.kind], job.namespace, job.name)
+            api.delete(TOP_LEVEL[job.kind], job.name, namespace=job.namespace)
             if job.kind == "raycluster":
-                api.delete(DEPLOYMENT, job.namespace, f"{job.name}-sentinel")
+                api.delete(DEPLOYMENT, f"{job.name}-sentinel", namespace=job.namespace)
             out_console.print(f"deleted {job.kind} {job.namespace}/{job.name}")
         raise
 
@@ -137,7 +140,7 @@ def list_command(cluster: ClusterOption, namespace: NamespaceOption = None,
     """Jobs that gkr submitted, with phase, age and owner."""
     _, found = _cluster(cluster)
     namespaces = [namespace] if namespace else [t.namespace for t in found.teams.values()]
-    rows = list_jobs(KubeApi.connect(found.kube_context), namespaces)
+    rows = list_jobs(Kube.connect(found.kube_context), namespaces)
     emit([r.model_dump() for r in rows], output, title=f"jobs on {cluster}")
 
 
@@ -146,7 +149,7 @@ def status(name: str, cluster: ClusterOption, namespace: NamespaceOption = None,
            output: OutputOption = Output.table) -> None:
     """Phase, pods with their nodes, pending reasons from events, Kueue admission, age."""
     _, found = _cluster(cluster)
-    report = job_status(KubeApi.connect(found.kube_context), _namespace(found, namespace), name)
+    report = job_status(Kube.connect(found.kube_context), _namespace(found, namespace), name)
     if output is not Output.table:
         emit([report.model_dump()], output)
         return
@@ -167,9 +170,11 @@ def logs(
 ) -> None:
     """Logs of a job's head (or Job pod), a named pod, or a worker by rank."""
     _, found = _cluster(cluster)
-    api, ns = KubeApi.connect(found.kube_context), _namespace(found, namespace)
-    chosen = select_pod(api.pods(ns, f"gkr.dev/job={name}"), rank=rank, name=pod)
-    for line in api.logs(ns, chosen["metadata"]["name"], main_container(chosen), follow, tail):
+    api, ns = Kube.connect(found.kube_context), _namespace(found, namespace)
+    pods = api.list(POD, namespace=ns, labels=selector(job=name))
+    chosen = select_pod(pods, rank=rank, name=pod)
+    for line in api.logs(chosen["metadata"]["name"], namespace=ns,
+                         container=main_container(chosen), follow=follow, tail=tail):
         print(line, flush=True)
 
 
@@ -183,28 +188,29 @@ def delete(
 ) -> None:
     """Delete a job; a persistent RayCluster only with --raycluster and confirmation."""
     _, found = _cluster(cluster)
-    api, ns = KubeApi.connect(found.kube_context), _namespace(found, namespace)
+    api, ns = Kube.connect(found.kube_context), _namespace(found, namespace)
     for kind_name, kind in TOP_LEVEL.items():
-        if api.find(kind, ns, name) is None:
+        if api.find(kind, name, namespace=ns) is None:
             continue
         if kind_name == "raycluster":
             if not raycluster:
-                raise GkrError(f"{name} is a persistent RayCluster: pass --raycluster to delete it")
+                raise BadRequest(f"{name} is a persistent RayCluster: "
+                                 "pass --raycluster to delete it")
             if not yes and not typer.confirm(f"delete RayCluster {ns}/{name} and its sentinel?"):
                 raise typer.Exit(1)
-            if api.find(DEPLOYMENT, ns, f"{name}-sentinel"):
-                api.delete(DEPLOYMENT, ns, f"{name}-sentinel")
-        api.delete(kind, ns, name)
+            if api.find(DEPLOYMENT, f"{name}-sentinel", namespace=ns):
+                api.delete(DEPLOYMENT, f"{name}-sentinel", namespace=ns)
+        api.delete(kind, name, namespace=ns)
         out_console.print(f"deleted {kind.kind} {ns}/{name}")
         return
-    raise GkrError(f"no rayjob, raycluster or job named {name!r} in {ns}")
+    raise BadRequest(f"no rayjob, raycluster or job named {name!r} in {ns}")
 
 
 def _kubectl_target(name: str, cluster: str, namespace: str | None, role: str | None = None,
                     rank: int | None = None) -> tuple[Kubectl, dict[str, Any]]:
     _, found = _cluster(cluster)
     ns = _namespace(found, namespace)
-    pods = KubeApi.connect(found.kube_context).pods(ns, f"gkr.dev/job={name}")
+    pods = Kube.connect(found.kube_context).list(POD, namespace=ns, labels=selector(job=name))
     return Kubectl(found.kube_context, ns), select_pod(pods, role=role, rank=rank)
 
 
@@ -225,8 +231,8 @@ def shell(
     (a Job running `sleep infinity` until its deadline) and wait for it."""
     catalog, found = _cluster(cluster)
     ns = _namespace(found, namespace)
-    api = KubeApi.connect(found.kube_context)
-    pods = api.pods(ns, f"gkr.dev/job={name}")
+    api = Kube.connect(found.kube_context)
+    pods = api.list(POD, namespace=ns, labels=selector(job=name))
     if not pods:
         flags = {"name": name, "kind": "job", "cluster": cluster, "namespace": ns,
                  "image": docker_image, "cmd": "sleep infinity", "deadline": deadline,
@@ -263,7 +269,7 @@ def port_forward(name: str, cluster: ClusterOption, namespace: NamespaceOption =
                  ) -> None:
     """Forward a Ray head service (the dashboard by default) to localhost."""
     if service not in SERVICES:
-        raise GkrError(f"--service {service!r}: one of {', '.join(SERVICES)}")
+        raise BadRequest(f"--service {service!r}: one of {', '.join(SERVICES)}")
     kubectl, pod = _kubectl_target(name, cluster, namespace, role="head")
     ports = [f"{local_port or SERVICES[service]}:{SERVICES[service]}"]
     raise typer.Exit(kubectl.run(kubectl.port_forward_argv(pod["metadata"]["name"], ports))
@@ -276,24 +282,32 @@ def check(
     local: Annotated[bool, typer.Option("--local", help="Run the suite on this machine.")] = False,
     cluster: Annotated[str | None, typer.Option(help="Cluster of the nodes.")] = None,
     namespace: NamespaceOption = None,
+    accelerator: Annotated[str | None, typer.Option(
+        help="The nodes' accelerator (catalog name), instead of reading their labels.")] = None,
     image: Annotated[str, typer.Option(help="Image with the runtime.")] = "gkr-runtime",
     timeout: Annotated[int, typer.Option(help="Seconds to wait per node.")] = 900,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the Jobs only.")] = False,
     output: OutputOption = Output.table,
 ) -> None:
     """Run the preflight suite on nodes (as Jobs) or on this machine (--local)."""
     if local:
-        results = [_local_preflight()]
-    elif not (nodes and cluster):
-        raise GkrError("name NODE… and --cluster, or pass --local")
-    else:
-        catalog, found = _cluster(cluster)
-        api, ns = KubeApi.connect(found.kube_context), _namespace(found, namespace)
-        results = []
-        for node in nodes:
-            _, accelerator = accelerator_of_node(api, catalog, node)
-            job = check_job(catalog, node, accelerator, ns, image)
-            results.append(run_on_node(api, job, timeout, lambda m: err_console.print(m)))
-    _report(results, output)
+        return _report([_local_preflight()], output)
+    if not (nodes and cluster):
+        raise BadRequest("name NODE… and --cluster, or pass --local")
+    catalog, found = _cluster(cluster)
+    api = None if accelerator and dry_run else Kube.connect(found.kube_context)
+
+    def node(name: str) -> dict[str, Any]:
+        if accelerator:
+            return described_node(catalog, name, accelerator)
+        assert api is not None
+        return api.get(NODE, name)
+
+    jobs = [node_check_job(catalog, node(n), namespace, image, timeout) for n in nodes]
+    if dry_run:
+        return print(yaml.safe_dump_all(jobs, sort_keys=False), end="")
+    assert api is not None
+    _report([run_on_node(api, job, timeout, err_console.print) for job in jobs], output)
 
 
 def _local_preflight() -> dict[str, Any]:

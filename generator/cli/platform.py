@@ -16,8 +16,8 @@ from generator.platform.checks import (
     check_terraform_validate,
 )
 from generator.platform.scan import write_scan_input
+from generator.render import render_tree
 from generator.repo import find_root
-from generator.tree import render_tree
 
 platform_app = typer.Typer(help="Checks of the generated platform (Terraform, scan input).",
                            no_args_is_help=True)

@@ -13,11 +13,14 @@ from generator.catalog import Catalog
 from generator.cli._app import app, err_console, out_console
 from generator.errors import InvalidInput, StaleTree
 from generator.manifests import render_job
+from generator.output import diff_tree, write_tree
+from generator.paths import job_path
+from generator.render import render_tree
 from generator.repo import find_root
 from generator.resolve import resolve
 from generator.spec import JobSpec
 from generator.specs import load_spec, spec_files
-from generator.tree import Tree, diff_tree, job_path, render_tree, write_tree
+from generator.tree import Tree
 from generator.validate import check_schemas, validate_tree
 
 RootOption = Annotated[

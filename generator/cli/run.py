@@ -10,7 +10,7 @@ import typer
 import yaml
 
 from generator.cli._app import app, out_console
-from generator.errors import GkrError, InvalidInput, Problem, ToolFailed
+from generator.errors import BadRequest, InvalidInput, Problem
 from generator.repo import find_root
 from generator.specs import load_spec
 
@@ -33,7 +33,7 @@ def run(
 ) -> None:
     """Run a training job: plan capacity, start auxiliary services, train, report."""
     if not local:
-        raise GkrError("only --local is supported by `gkr run`; use `gkr submit` for clusters")
+        raise BadRequest("only --local is supported by `gkr run`; use `gkr submit` for clusters")
     config_path, spec_overrides = _training_command(target)
     run_local(config_path, [*spec_overrides, *(overrides or [])])
 
@@ -71,7 +71,7 @@ def _find_config(spec: Path, root: Path, config: str) -> Path:
 
 def run_local(config_path: Path, overrides: list[str]) -> None:
     """Compose, adapt to this machine, train on a local Ray, print the results."""
-    from runtime.errors import ConfigError, RuntimeFailure
+    from runtime.errors import ConfigError
     from runtime.train.compose import compose_raw, load_config
     from runtime.train.driver import run_training
     from runtime.train.local import LOCAL_DEFAULTS, gpus_present, local_overrides
@@ -83,14 +83,9 @@ def run_local(config_path: Path, overrides: list[str]) -> None:
         out_console.print(f"running {config_path} locally (run {config.run.name})")
         result = run_training(config, echo=out_console.print)
     except ConfigError as error:
-        raise InvalidInput([Problem(error.source, None, error.field, _reason(error))]) from error
-    except RuntimeFailure as error:
-        raise ToolFailed(str(error)) from error
+        raise InvalidInput([Problem(error.source, None, found.field, found.message)
+                            for found in error.problems]) from error
     _print_result(result)
-
-
-def _reason(error: Exception) -> str:
-    return str(error).split(": ", 2)[-1]
 
 
 def _print_result(result: Any) -> None:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from generator.cli._app import app
 from generator.cli._output import Output, OutputOption, emit
 from generator.errors import ToolFailed
+from runtime.identity import Env
 
 warden_app = typer.Typer(help="Warden, the GPU fleet health manager: node states and incidents.",
                          no_args_is_help=True)
@@ -29,9 +30,9 @@ class WardenQuery(BaseModel):
 
 
 AddressOpt = Annotated[str, typer.Option(help="Temporal frontend host:port.",
-                                         envvar="GKR_TEMPORAL_ADDRESS")]
+                                         envvar=Env.TEMPORAL_ADDRESS)]
 NamespaceOpt = Annotated[str, typer.Option(help="Temporal namespace of Warden.",
-                                           envvar="GKR_TEMPORAL_NAMESPACE")]
+                                           envvar=Env.TEMPORAL_NAMESPACE)]
 KubeconfigOpt = Annotated[str | None, typer.Option(
     help="Kubeconfig to read node annotations from (omit to skip them).")]
 
@@ -69,59 +70,38 @@ async def _client(query: WardenQuery) -> Any:
 
 
 async def _status(query: WardenQuery) -> list[dict[str, Any]]:
-    from runtime.warden.view import fleet_status
+    from runtime.warden.view import fleet_status, node_memory, reserved_nodes
 
     rows = await fleet_status(await _client(query))
     cluster = _cluster(query)
     if cluster is not None:
-        rows = [{**row, **_memory(cluster, row["node"]), "phase": row["phase"]} for row in rows]
+        rows = [{**row, **node_memory(cluster, row["node"]), "phase": row["phase"]}
+                for row in rows]
         handled = {row["node"] for row in rows}
-        rows += [r for r in _reserved(cluster) if r["node"] not in handled]
+        rows += [r for r in reserved_nodes(cluster) if r["node"] not in handled]
     return sorted(rows, key=lambda row: row["node"])
 
 
 async def _history(query: WardenQuery, node: str) -> list[dict[str, Any]]:
-    from runtime.warden.view import node_history
+    from runtime.warden.view import node_history, node_memory
 
     rows = await node_history(await _client(query), node)
     cluster = _cluster(query)
     if cluster is not None:
         rows.append({"started": "now", "trigger": "(node annotations)",
-                     **_memory(cluster, node)})
+                     **node_memory(cluster, node)})
     return rows
 
 
 def _cluster(query: WardenQuery) -> Any:
+    """Warden's cluster seam, when a kubeconfig is given (its failures reach `main` as they
+    are: runtime errors carry their own category)."""
     if query.kubeconfig is None:
         return None
-    from runtime.errors import RuntimeFailure
+    from runtime.warden.cluster import KubeCluster
     from runtime.warden.config import KubernetesSettings
-    from runtime.warden.kube import KubeCluster, api_client
 
-    try:
-        return KubeCluster(api_client(KubernetesSettings(kubeconfig=query.kubeconfig)))
-    except RuntimeFailure as error:
-        raise ToolFailed(str(error)) from error
-
-
-def _memory(cluster: Any, node: str) -> dict[str, Any]:
-    from runtime.errors import RuntimeFailure
-    from runtime.warden.view import node_memory
-
-    try:
-        return node_memory(cluster, node)
-    except RuntimeFailure as error:
-        raise ToolFailed(str(error)) from error
-
-
-def _reserved(cluster: Any) -> list[dict[str, Any]]:
-    from runtime.errors import RuntimeFailure
-    from runtime.warden.view import reserved_nodes
-
-    try:
-        return reserved_nodes(cluster)
-    except RuntimeFailure as error:
-        raise ToolFailed(str(error)) from error
+    return KubeCluster.connect(KubernetesSettings(kubeconfig=query.kubeconfig))
 
 
 def _run(coro: Coroutine[Any, Any, list[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -8,9 +8,10 @@ from typing import Any
 import git
 import yaml
 
-from generator.errors import GkrError
+from generator.errors import BadRequest
+from generator.output import write_tree
+from generator.render import render_tree
 from generator.resolve import ResolvedJob
-from generator.tree import render_tree, write_tree
 
 
 def spec_document(job: ResolvedJob, env_file: str | None) -> dict[str, Any]:
@@ -40,10 +41,10 @@ def submit_gitops(root: Path, job: ResolvedJob, env_source: Path | None = None,
     repo = git.Repo(root)
     branch = branch or f"gkr/submit-{job.team}-{job.name}"
     if branch in [head.name for head in repo.heads]:
-        raise GkrError(f"branch {branch!r} exists already; pass another --branch")
+        raise BadRequest(f"branch {branch!r} exists already; pass another --branch")
     spec_path = root / "jobs" / job.team / f"{job.name}.yaml"
     if spec_path.exists():
-        raise GkrError(f"{spec_path.relative_to(root)} exists already; edit it in a pull request")
+        raise BadRequest(f"{spec_path.relative_to(root)} exists already; edit it in a pull request")
     previous = repo.active_branch
     repo.create_head(branch).checkout()
     try:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
-from generator.cluster.api import Obj
-from generator.errors import GkrError, ToolFailed
+from generator.errors import BadRequest, ToolFailed
 from generator.kustomize import kubectl
-from generator.manifests import RAY_HEAD_PORTS
+from generator.pods import RAY_HEAD_PORTS
+from runtime.identity import Label
+from runtime.kube import Obj
 
 # The Ray head's ports, by name, exactly as the templates render them.
 SERVICES = {port["name"]: port["containerPort"] for port in RAY_HEAD_PORTS}
@@ -67,12 +68,12 @@ def select_pod(pods: list[Obj], role: str | None = None, rank: int | None = None
     if not found:
         which = name or (f"rank {rank}" if rank is not None else f"role {role or 'head/job'}")
         names = ", ".join(p["metadata"]["name"] for p in pods) or "none"
-        raise GkrError(f"no pod with {which}; pods: {names}")
+        raise BadRequest(f"no pod with {which}; pods: {names}")
     return found[0]
 
 
 def _role(pod: Obj) -> str:
-    return (pod["metadata"].get("labels") or {}).get("gkr.dev/role", "")
+    return (pod["metadata"].get("labels") or {}).get(Label.ROLE, "")
 
 
 def main_container(pod: Obj) -> str:

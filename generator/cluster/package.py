@@ -14,7 +14,7 @@ from typing import Protocol
 import fsspec
 import git
 
-from generator.errors import GkrError, ToolFailed
+from generator.errors import BadRequest, ToolFailed
 
 # A fixed timestamp makes the archive depend only on names and contents (zip needs >= 1980).
 EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -61,7 +61,7 @@ def package_files(folder: Path) -> list[str]:
 def build_zip(folder: Path) -> bytes:
     """The archive: sorted names, fixed timestamps, permissions kept (executables stay so)."""
     if not folder.is_dir():
-        raise GkrError(f"--working-dir {folder}: not a directory")
+        raise BadRequest(f"--working-dir {folder}: not a directory")
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for name in package_files(folder):

@@ -1,7 +1,7 @@
 """What `gkr list` and `gkr status` report: phases, pods and nodes, pending reasons, admission.
 
 Pure functions from the objects the API serves (dicts) to frozen rows; `job_status` and
-`list_jobs` fetch them through `KubeApi`.
+`list_jobs` fetch them through `runtime.kube.Kube`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from generator.cluster.api import KubeApi, NotFound, Obj
-from generator.cluster.kinds import EVENT, JOB, RAYCLUSTER, RAYJOB, TOP_LEVEL, WORKLOAD, Kind
+from runtime.identity import Annotation, JobKind, Label, selector
+from runtime.kube import JOB, POD, RAYCLUSTER, RAYJOB, WORKLOAD, Kind, Kube, NotFound, Obj
 
 MANAGED = "app.kubernetes.io/managed-by=gkr"
+# Job kinds of a spec -> the top-level object gkr applies for it.
+TOP_LEVEL = {JobKind.RAYJOB: RAYJOB, JobKind.RAYCLUSTER: RAYCLUSTER, JobKind.JOB: JOB}
 
 
 class _Row(BaseModel):
@@ -99,7 +101,7 @@ def pod_row(pod: Obj) -> PodRow:
     if not reason and (unscheduled := _condition(pod, "PodScheduled")):
         reason = unscheduled.get("reason", "") if unscheduled.get("status") == "False" else ""
     return PodRow(
-        name=pod["metadata"]["name"], role=labels.get("gkr.dev/role", "?"),
+        name=pod["metadata"]["name"], role=labels.get(Label.ROLE, "?"),
         phase=status.get("phase", "Pending"), node=pod.get("spec", {}).get("nodeName") or "-",
         restarts=sum(c.get("restartCount", 0) for c in containers), reason=reason,
     )
@@ -131,21 +133,21 @@ def pending_reasons(events: list[Obj], names: set[str]) -> list[str]:
     return [f"{target}: {reason}: {message}" for (target, reason), message in seen.items()]
 
 
-def job_status(api: KubeApi, namespace: str, name: str) -> JobStatus:
+def job_status(api: Kube, namespace: str, name: str) -> JobStatus:
     """The status of a gkr job of any kind; NotFound when none has that name."""
     for kind in TOP_LEVEL.values():
-        obj = api.find(kind, namespace, name)
+        obj = api.find(kind, name, namespace=namespace)
         if obj is not None:
             return _status(api, kind, obj)
     raise NotFound(f"no rayjob, raycluster or job named {name!r} in namespace {namespace}")
 
 
-def _status(api: KubeApi, kind: Kind, obj: Obj) -> JobStatus:
+def _status(api: Kube, kind: Kind, obj: Obj) -> JobStatus:
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-    pods = [pod_row(p) for p in api.pods(namespace, f"gkr.dev/job={name}")]
-    events = api.list(EVENT, namespace)
+    pods = [pod_row(p) for p in api.list(POD, namespace=namespace, labels=selector(job=name))]
+    events = api.events(namespace=namespace)
     try:
-        workloads = api.list(WORKLOAD, namespace)
+        workloads = api.list(WORKLOAD, namespace=namespace)
     except NotFound:  # Kueue not installed: nothing to say about admission
         workloads = []
     return JobStatus(
@@ -155,14 +157,14 @@ def _status(api: KubeApi, kind: Kind, obj: Obj) -> JobStatus:
     )
 
 
-def list_jobs(api: KubeApi, namespaces: list[str]) -> list[JobRow]:
+def list_jobs(api: Kube, namespaces: list[str]) -> list[JobRow]:
     rows = []
     for namespace in namespaces:
         for kind in (RAYJOB, RAYCLUSTER, JOB):
-            for obj in api.list(kind, namespace, MANAGED):
+            for obj in api.list(kind, namespace=namespace, labels=MANAGED):
                 rows.append(JobRow(
                     name=obj["metadata"]["name"], kind=kind.kind, namespace=namespace,
                     phase=phase(kind, obj), age=age(obj),
-                    owner=(obj["metadata"].get("annotations") or {}).get("gkr.dev/owner", ""),
+                    owner=(obj["metadata"].get("annotations") or {}).get(Annotation.OWNER, ""),
                 ))
     return sorted(rows, key=lambda r: (r.namespace, r.name))

@@ -11,14 +11,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from generator.catalog import Catalog
-from generator.cluster.api import KubeApi, Obj
 from generator.cluster.package import FsspecStore, archive
-from generator.errors import GkrError, InvalidInput, Problem
+from generator.errors import BadRequest, InvalidInput, Problem
 from generator.manifests import render_job
+from generator.paths import job_path
 from generator.resolve import ResolvedJob, resolve
 from generator.specs import LoadedSpec, load_spec, spec_from_flags
-from generator.tree import Tree, job_path
+from generator.tree import Tree
 from generator.validate import check_schemas
+from runtime.kube import Kube, Obj
 
 
 class SubmitRequest(BaseModel):
@@ -85,8 +86,8 @@ def prepare(request: SubmitRequest, catalog: Catalog, upload: bool) -> ResolvedJ
     job = resolve(load(request.model_copy(update={"flags": flags})), catalog)
     store_uri = job.cluster.code_store
     if store_uri is None:
-        raise GkrError(f"cluster {job.cluster.name} names no code_store; pass a --working-dir "
-                       "inside the image or add code_store to its catalog file")
+        raise BadRequest(f"cluster {job.cluster.name} names no code_store; pass a --working-dir "
+                         "inside the image or add code_store to its catalog file")
     store = FsspecStore(store_uri)
     name, data = archive(folder, job.name)
     flags["working_dir"] = store.put(name, data) if upload else f"{store.prefix}/{name}"
@@ -104,6 +105,6 @@ def manifests(job: ResolvedJob, catalog: Catalog) -> list[Obj]:
     return documents
 
 
-def apply_all(api: KubeApi, documents: list[Obj]) -> list[Obj]:
+def apply_all(api: Kube, documents: list[Obj]) -> list[Obj]:
     """Apply in order (the RayCluster before its sentinel); returns what the server holds."""
     return [api.apply(document) for document in documents]

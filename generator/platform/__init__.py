@@ -2,30 +2,30 @@
 
 Adding `clusters/<name>.yaml` and running `gkr render` yields the cluster's Terraform root,
 its Argo CD Applications, the Kueue objects, namespaces and RBAC in its overlay, and the
-per-accelerator NCCL installer components the overlay includes.
+per-accelerator NCCL installer components the overlay includes. Warden's ConfigMap is
+rendered from the add-on catalog too.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from generator.platform.addons import Addons, load_addons
 from generator.platform.argocd import ARGOCD_ROOT, produce_argocd
 from generator.platform.context import PlatformContext
 from generator.platform.overlay import produce_components, produce_overlays
 from generator.platform.terraform import CLUSTER_ROOTS, REGISTRY_ROOT, produce_terraform
-
-if TYPE_CHECKING:
-    from generator.tree import RenderContext, Tree
+from generator.platform.warden import GENERATED as WARDEN_GENERATED
+from generator.platform.warden import produce_warden
+from generator.tree import RenderContext, Tree
 
 # Folders owned entirely by the platform producers (stale files there are deleted).
-PLATFORM_ROOTS = [ARGOCD_ROOT, CLUSTER_ROOTS, REGISTRY_ROOT]
+PLATFORM_ROOTS = [ARGOCD_ROOT, CLUSTER_ROOTS, REGISTRY_ROOT, WARDEN_GENERATED]
 
 
 def produce_platform(ctx: RenderContext, tree: Tree) -> None:
     """The tree.PRODUCERS entry: loads the add-on catalog once, then every platform part."""
     platform = PlatformContext(ctx.catalog, load_addons(ctx.root), tree)
-    for produce in (produce_overlays, produce_components, produce_argocd, produce_terraform):
+    for produce in (produce_overlays, produce_components, produce_argocd, produce_terraform,
+                    produce_warden):
         produce(platform)
 
 

@@ -32,6 +32,13 @@ class ArgoCd(_Model):
     """Sync wave of each reconciliation stage (lower syncs first)."""
 
 
+class Service(_Model):
+    name: str = Field(pattern=DNS_LABEL)
+    """Name of a Service the chart creates (charts derive it from the release name)."""
+    port: int = Field(ge=1, le=65535)
+    """Its port."""
+
+
 class Addon(_Model):
     description: str
     """What the add-on is for, for humans."""
@@ -47,12 +54,42 @@ class Addon(_Model):
     """Reconciliation stage of the add-on."""
     values: dict[str, Any]
     """Helm values."""
+    gpu_tolerations: str | None = None
+    """Top-level Helm value `gkr render` fills with the tolerations of the cluster's GPU nodes
+    (each accelerator's taints and the reservation taint), for add-ons that run on them."""
+    services: dict[str, Service] = {}
+    """Services other platform parts reach, by role (e.g. `frontend`)."""
 
     @model_validator(mode="after")
     def _source(self) -> Addon:
         if self.repo_url.startswith("oci://") == (self.chart is not None):
             raise ValueError("give `chart` for a Helm repository, omit it for an oci:// chart")
+        if self.gpu_tolerations in self.values:
+            raise ValueError(f"values.{self.gpu_tolerations} is rendered (gpu_tolerations); "
+                             "remove it from values")
         return self
+
+    def address(self, role: str) -> str:
+        """host:port of the Service `role`, from any namespace of the cluster."""
+        service = self.services[role]
+        return f"{service.name}.{self.namespace}:{service.port}"
+
+
+class ServiceRef(_Model):
+    addon: str
+    """Add-on (a key of `addons`) that runs the service."""
+    service: str
+    """Role of the Service within that add-on (a key of its `services`)."""
+
+
+class WardenFacts(_Model):
+    prometheus: ServiceRef
+    """The Prometheus that scrapes the DCGM exporter."""
+    temporal: ServiceRef
+    """The Temporal frontend that runs Warden's workflows."""
+    settings: dict[str, Any]
+    """Warden's config (runtime/warden/config.py, WardenConfig) but for what `gkr render`
+    fills in from other sources; checked against WardenConfig at render time."""
 
 
 class Namespaces(_Model):
@@ -150,6 +187,24 @@ class Addons(_Model):
     """GPU NIC network layout per GPUDirect stack."""
     terraform: TerraformFacts
     """Provisioning facts shared by every cluster root."""
+    warden: WardenFacts
+    """Warden: the add-on services it uses, and its settings."""
+
+    @model_validator(mode="after")
+    def _warden_services_exist(self) -> Addons:
+        for field, ref in (("prometheus", self.warden.prometheus),
+                           ("temporal", self.warden.temporal)):
+            addon = self.addons.get(ref.addon)
+            if addon is None or ref.service not in addon.services:
+                known = [f"{name}/{role}" for name, a in sorted(self.addons.items())
+                         for role in sorted(a.services)]
+                raise ValueError(f"warden.{field}: {ref.addon}/{ref.service} is no add-on "
+                                 f"service; known: {', '.join(known) or 'none'}")
+        return self
+
+    def address(self, ref: ServiceRef) -> str:
+        """host:port of the add-on service `ref` names."""
+        return self.addons[ref.addon].address(ref.service)
 
 
 def load_addons(root: Path) -> Addons:

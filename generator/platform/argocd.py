@@ -4,13 +4,16 @@ cluster's overlay and one for Warden."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from generator.catalog import Cluster
 from generator.manifests import render_documents, render_template
-from generator.platform.addons import ADDONS_FILE, Wave
+from generator.paths import overlay_dir
+from generator.platform.addons import ADDONS_FILE, Addon, Wave
 from generator.platform.context import PlatformContext
+from generator.platform.warden import WARDEN_PATH
 
 ARGOCD_ROOT = "platform/argocd"
-WARDEN_PATH = "platform/warden"
 
 
 @dataclass(frozen=True)
@@ -26,11 +29,21 @@ def produce_argocd(ctx: PlatformContext) -> None:
     argocd = ctx.addons.argocd
     ctx.add(f"{ARGOCD_ROOT}/root.yaml", [render_template("platform/root.yaml.j2", argocd=argocd)])
     for name, cluster in ctx.catalog.clusters.items():
-        git_apps = [GitApp("platform", f"kustomize/overlays/{name}", "config"),
+        git_apps = [GitApp("platform", overlay_dir(name), "config"),
                     GitApp("warden", WARDEN_PATH, "services")]
+        addons = dict(sorted(ctx.addons.addons.items()))
         documents = render_documents(
-            "platform/applications.yaml.j2", cluster=cluster, argocd=argocd,
-            addons=dict(sorted(ctx.addons.addons.items())), git_apps=git_apps,
+            "platform/applications.yaml.j2", cluster=cluster, argocd=argocd, addons=addons,
+            values={key: helm_values(ctx, cluster, addon) for key, addon in addons.items()},
+            git_apps=git_apps,
         )
         ctx.add(f"{ARGOCD_ROOT}/apps/{name}.yaml", documents,
                 f"clusters/{name}.yaml and {ADDONS_FILE}")
+
+
+def helm_values(ctx: PlatformContext, cluster: Cluster, addon: Addon) -> dict[str, Any]:
+    """The add-on's Helm values on one cluster: GPU node add-ons tolerate its GPU nodes."""
+    if addon.gpu_tolerations is None:
+        return addon.values
+    offered = list(ctx.offered(cluster).values())
+    return {**addon.values, addon.gpu_tolerations: ctx.gpu_tolerations(offered)}

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import hcl2
 
@@ -22,9 +22,7 @@ from generator.errors import Problem
 from generator.platform.addons import load_addons
 from generator.platform.context import PlatformContext
 from generator.platform.terraform import accelerator_pools, cluster_root
-
-if TYPE_CHECKING:
-    from generator.tree import Tree
+from generator.tree import Tree
 
 MODULE = "terraform/modules/gke-cluster"
 NODE_POOLS = "google_container_node_pool"

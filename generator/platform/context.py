@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from generator.catalog import Accelerator, Catalog, Cluster
 from generator.platform.addons import ADDONS_FILE, Addons
-
-if TYPE_CHECKING:
-    from generator.tree import Tree
+from generator.tree import Tree
+from runtime.identity import Taint
 
 CATALOG_SOURCE = "the cluster catalog (clusters/, platform/catalog/)"
 
@@ -32,6 +31,5 @@ class PlatformContext:
         found: list[dict[str, Any]] = []
         for accelerator in accelerators:
             found += [t for t in accelerator.tolerations if t not in found]
-        reserved = {"key": self.catalog.platform.reservation_taint, "operator": "Exists",
-                    "effect": "NoSchedule"}
+        reserved = {"key": Taint.RESERVED_FOR, "operator": "Exists", "effect": "NoSchedule"}
         return [*found, reserved]

@@ -7,18 +7,19 @@ from typing import Any
 
 from generator.catalog import Cluster
 from generator.manifests import render_documents, render_template
+from generator.paths import HEADER, component_dir, overlay_dir
 from generator.platform.context import CATALOG_SOURCE, PlatformContext
 from generator.yamlio import dump_documents
 
 
-def overlay_dir(cluster: Cluster) -> str:
-    return f"kustomize/overlays/{cluster.name}/platform"
+def platform_dir(cluster: Cluster) -> str:
+    return f"{overlay_dir(cluster.name)}/platform"
 
 
 def produce_overlays(ctx: PlatformContext) -> None:
     for cluster in ctx.catalog.clusters.values():
         source = f"clusters/{cluster.name}.yaml"
-        folder = overlay_dir(cluster)
+        folder = platform_dir(cluster)
         ctx.add(f"{folder}/namespaces.yaml", _namespaces(ctx, cluster), source)
         ctx.add(f"{folder}/rbac.yaml", render_documents("platform/rbac.yaml.j2", cluster=cluster),
                 source)
@@ -69,7 +70,6 @@ def _precache(ctx: PlatformContext, cluster: Cluster) -> dict[str, Any]:
 
 def produce_components(ctx: PlatformContext) -> None:
     """`kustomize/components/<accel>/`: the NCCL installer of accelerators with GPUDirect."""
-    from generator.tree import HEADER, component_dir
 
     for name, accelerator in sorted(ctx.catalog.accelerators.items()):
         installer = ctx.addons.nccl_installers.get(accelerator.gpudirect)

@@ -4,14 +4,13 @@ with the real `kubectl kustomize`, plus the Argo CD Applications and Warden."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from generator.errors import ToolFailed
 from generator.kustomize import build
-from generator.platform.argocd import ARGOCD_ROOT, WARDEN_PATH
-
-if TYPE_CHECKING:
-    from generator.tree import Tree
+from generator.paths import OVERLAYS
+from generator.platform.argocd import ARGOCD_ROOT
+from generator.platform.warden import WARDEN_PATH
+from generator.tree import Tree
 
 
 def write_scan_input(root: Path, tree: Tree, target: Path) -> list[Path]:
@@ -20,7 +19,7 @@ def write_scan_input(root: Path, tree: Tree, target: Path) -> list[Path]:
 
     target.mkdir(parents=True, exist_ok=True)
     written = []
-    for folder in [f for f in overlays(tree) if f.startswith("kustomize/overlays/")]:
+    for folder in [f for f in overlays(tree) if f.startswith(OVERLAYS + "/")]:
         written.append(_build(root / folder, target / f"{Path(folder).name}.yaml"))
     if (root / WARDEN_PATH / "kustomization.yaml").is_file():
         written.append(_build(root / WARDEN_PATH, target / "warden.yaml"))

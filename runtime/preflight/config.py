@@ -14,9 +14,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runtime.config_errors import config_error
 from runtime.errors import ConfigError
+from runtime.identity import Env
 
-ENV_VAR = "GKR_PREFLIGHT"
+ENV_VAR = Env.PREFLIGHT
 CheckName = Literal["kernel", "libraries", "transport", "mounts", "compute", "collective"]
 ALL_CHECKS: tuple[CheckName, ...] = (
     "kernel", "libraries", "transport", "mounts", "compute", "collective",
@@ -81,6 +83,4 @@ def load_config(text: str | None, source: str, **overrides: object) -> Preflight
     try:
         return PreflightConfig.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise ConfigError(field, first["msg"], source) from None
+        raise config_error(error, source, PreflightConfig) from None

@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from runtime.aux.config import AuxConfig
 from runtime.checkpoint.config import CheckpointConfig
+from runtime.config_errors import config_error
 from runtime.data.config import DataConfig
-from runtime.errors import ConfigError
 
 
 class _Section(BaseModel):
@@ -99,11 +99,8 @@ class TrainConfig(_Section):
 
 
 def build_config(raw: dict[str, Any], source: str = "config") -> TrainConfig:
-    """Validate a plain mapping; the first error names the field path and what is allowed."""
+    """Validate a plain mapping; every error names its field path and what is allowed."""
     try:
         return TrainConfig.model_validate(raw)
     except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
-        raise ConfigError(field, f"{first['msg']}{more}", source) from error
+        raise config_error(error, source, TrainConfig) from error

@@ -14,6 +14,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.client import Client
 
+from runtime.errors import ConfigError
 from runtime.warden import memory
 from runtime.warden.config import WardenConfig
 from runtime.warden.detect import Detector
@@ -85,7 +86,10 @@ class WardenActivities:
         """Run the preflight suite or the stress test as a Job on the node; wait for its result."""
         checks = self.config.checks
         chosen = checks.preflight if suite == "preflight" else checks.stress.as_suite()
-        self.seams.check.start(node, chosen, name)
+        try:
+            self.seams.check.start(node, chosen, name)
+        except ConfigError as error:  # no facts for this node's GPUs: a human must look
+            return CheckResult(False, [str(error)])
         while (result := self.seams.check.result(name)) is None:
             activity.heartbeat(name)
             time.sleep(self.config.recovery.poll_s)

@@ -12,7 +12,10 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from runtime.config_errors import config_error
 from runtime.errors import ConfigError
+from runtime.identity import Taint
+from runtime.pods import CheckSuite, NodeChecks
 
 Severity = Literal["definite", "ambiguous"]
 
@@ -149,14 +152,6 @@ class RecoveryConfig(_Strict):
     poll_s: float = Field(10.0, gt=0, description="Polling period while waiting on the cluster.")
 
 
-class CheckSuite(_Strict):
-    """A check run as a Kubernetes Job pinned to the node."""
-
-    image: str = Field(description="Container image of the check, by digest.")
-    command: list[str] = Field(description="Argv of the check (no shell).")
-    timeout_s: float = Field(900.0, gt=0, description="Deadline of the Job.")
-
-
 _RUNTIME_IMAGE = "us-docker.pkg.dev/reve-gkr/images/gkr-runtime@sha256:" + "0" * 64
 
 
@@ -175,11 +170,10 @@ class StressSuite(_Strict):
         return CheckSuite(image=self.image, command=argv, timeout_s=self.timeout_s)
 
 
-class ChecksConfig(_Strict):
+class ChecksConfig(NodeChecks):
     """Node checks run as Jobs: the preflight suite and the stress test."""
 
     namespace: str = Field("warden", description="Namespace of the check Jobs.")
-    gpu_resource: str = Field("nvidia.com/gpu", description="Extended resource of the GPUs.")
     preflight: CheckSuite = Field(
         CheckSuite(image=_RUNTIME_IMAGE, command=["python", "-m", "runtime.preflight"]),
         description="`gkr check`: the preflight suite.",
@@ -224,8 +218,8 @@ class ReservationConfig(_Strict):
     enabled: bool = Field(True, description="Run the reservation keeper sweep.")
     interval_s: float = Field(60.0, gt=0, description="Seconds between reservation sweeps.")
     taint_key: str = Field(
-        "gkr.dev/reserved-for", pattern=_LABEL_KEY,
-        description="Taint key whose value is the namespace (the platform's reservation_taint).",
+        Taint.RESERVED_FOR, pattern=_LABEL_KEY,
+        description="Taint key whose value is the namespace (runtime.identity).",
     )
     max_reservation_s: float = Field(
         86400.0, gt=0, description="Longest reservation honoured; longer requests are cut to it."
@@ -261,13 +255,11 @@ class WardenConfig(_Strict):
 
 
 def parse_config(data: object, source: str = "config") -> WardenConfig:
-    """Validate raw data; the first error names its field path and what is allowed."""
+    """Validate raw data; every error names its field path and what is allowed."""
     try:
         return WardenConfig.model_validate(data or {})
     except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "(root)"
-        raise ConfigError(field, first["msg"], source) from error
+        raise config_error(error, source, WardenConfig) from error
 
 
 def load_config(path: Path) -> WardenConfig:
@@ -275,5 +267,5 @@ def load_config(path: Path) -> WardenConfig:
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as error:
-        raise ConfigError("(file)", str(error), str(path)) from error
+        raise ConfigError("", str(error), str(path)) from error
     return parse_config(data, str(path))

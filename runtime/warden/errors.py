@@ -1,4 +1,8 @@
-"""Typed errors of Warden; third-party failures are wrapped with `raise ... from`."""
+"""Typed errors of Warden; third-party failures are wrapped with `raise ... from`.
+
+Kubernetes failures are the shared layer's family (`runtime.kube`: `NotFound`, `Conflict`,
+...); `ApiFailure` is for the other HTTP services Warden calls.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +14,8 @@ class WardenError(RuntimeFailure):
 
 
 class ApiFailure(WardenError):
-    """An HTTP API (Kubernetes, Prometheus, Compute Engine) answered with an error."""
+    """Prometheus or Compute Engine answered with an error, or not at all (status 0)."""
 
     def __init__(self, service: str, status: int, what: str, detail: str = "") -> None:
         self.service, self.status = service, status
         super().__init__(f"{service} answered {status} to {what}: {detail[:300]}")
-
-
-class Conflict(ApiFailure):
-    """The object changed or already exists (HTTP 409); the caller may re-read and retry."""

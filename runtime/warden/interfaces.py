@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from runtime.warden.config import CheckSuite
+from runtime.pods import CheckSuite
 from runtime.warden.model import CheckResult
 
 Json = dict[str, Any]

@@ -7,7 +7,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from runtime.warden.errors import ApiFailure, Conflict
+from runtime.warden.errors import ApiFailure
 
 
 def call(service: str, method: str, url: str, *, body: Any = None,
@@ -21,8 +21,7 @@ def call(service: str, method: str, url: str, *, body: Any = None,
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             payload = response.read()
     except urllib.error.HTTPError as error:
-        kind = Conflict if error.code == 409 else ApiFailure
-        raise kind(service, error.code, f"{method} {url}", error.read().decode()) from error
+        raise ApiFailure(service, error.code, f"{method} {url}", error.read().decode()) from error
     except (urllib.error.URLError, OSError) as error:
         raise ApiFailure(service, 0, f"{method} {url}", str(error)) from error
     return json.loads(payload) if payload else {}

@@ -13,10 +13,10 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from runtime.kube import Conflict, NotFound
 from runtime.warden import memory
 from runtime.warden import reservations as rsv
 from runtime.warden.config import ReservationConfig
-from runtime.warden.errors import ApiFailure
 from runtime.warden.interfaces import Cluster, Json
 from runtime.warden.model import ReservationSweep
 
@@ -146,9 +146,7 @@ class ReservationKeeper:
         """Apply a guarded patch; a node that changed or vanished meanwhile waits a sweep."""
         try:
             seen.nodes[name] = self.cluster.patch_node(name, patch)
-        except ApiFailure as error:
-            if error.status not in (404, 409):
-                raise
+        except (NotFound, Conflict) as error:
             log.info("reservation keeper: %s changed meanwhile (%d); next sweep", name,
                      error.status)
             return False

@@ -9,17 +9,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from runtime.identity import Warden
 from runtime.warden.reservations import TRACKED_JOB, TRACKED_SECONDS
 
-PREFIX = "warden.gkr.dev/"
-CORDONS = PREFIX + "cordons"
-RECENT = PREFIX + "recent-cordons"
-LAST = PREFIX + "last-cordon"
-REASON = PREFIX + "reason"
-STATE = PREFIX + "state"
-INCIDENT = PREFIX + "incident"
-POWER = PREFIX + "power"
-OWNED = PREFIX + "cordoned-by"
+PREFIX = Warden.PREFIX
+CORDONS = Warden.CORDONS
+RECENT = Warden.RECENT_CORDONS
+LAST = Warden.LAST_CORDON
+REASON = Warden.REASON
+STATE = Warden.STATE
+INCIDENT = Warden.INCIDENT
+POWER = Warden.POWER
+OWNED = Warden.CORDONED_BY
 OWNER = "warden"
 MAX_REASON = 250
 

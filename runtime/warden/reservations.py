@@ -1,6 +1,6 @@
 """Relaunch reservations (paper §4.3), decided from plain Kubernetes objects: no I/O here.
 
-A RayJob annotated `gkr.dev/relaunch-reservation-seconds` (`gkr render` writes it from the
+A RayJob annotated `Annotation.RELAUNCH_RESERVATION_SECONDS` (`gkr render` writes it from the
 job's `relaunch_reservation`) keeps its former nodes for its namespace after it ends. While
 its workers run, each of their nodes is *tracked*: two node annotations name the job and the
 duration, so the claim outlives a Warden restart and the RayJob's deletion after its TTL.
@@ -19,19 +19,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from runtime.identity import Annotation, JobKind, Label, Role, selector
+
 Json = dict[str, Any]
 
-REQUEST = "gkr.dev/relaunch-reservation-seconds"  # on the RayJob
-TRACKED_JOB = "gkr.dev/reservation-job"  # on a node running a worker: `<ns>/<name>`
-TRACKED_SECONDS = "gkr.dev/reservation-seconds"  # the requested duration, beside it
-UNTIL = "gkr.dev/reserved-until"  # RFC 3339, UTC
-BY = "gkr.dev/reserved-by"  # `<ns>/<name>` of the RayJob; marks the taint as Warden's
+REQUEST = Annotation.RELAUNCH_RESERVATION_SECONDS  # on the RayJob
+TRACKED_JOB = Annotation.RESERVATION_JOB  # on a node running a worker: `<ns>/<name>`
+TRACKED_SECONDS = Annotation.RESERVATION_SECONDS  # the requested duration, beside it
+UNTIL = Annotation.RESERVED_UNTIL
+BY = Annotation.RESERVED_BY
 FINISHED = frozenset({"Complete", "Failed"})  # KubeRay's terminal jobDeploymentStatus
 EFFECT = "NoSchedule"
 
 # Labels `gkr render` puts on a RayJob's worker pods (generator/templates, pod labels).
-JOB_LABEL = "gkr.dev/job"
-WORKER_SELECTOR = "gkr.dev/kind=rayjob,gkr.dev/role=worker"
+JOB_LABEL = Label.JOB
+WORKER_SELECTOR = selector(kind=JobKind.RAYJOB, role=Role.WORKER)
 
 
 @dataclass(frozen=True)

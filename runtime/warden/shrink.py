@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from runtime.errors import ConfigError
+from runtime.identity import Warden
 from runtime.warden.model import ShrinkOutcome, ShrinkRequest
 
-APPLIED = "warden.gkr.dev/shrink-requests"
+APPLIED = Warden.SHRINK_REQUESTS
 KEEP_IDS = 50
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
+from runtime.kube import NotFound
 from runtime.warden import memory, reservations
-from runtime.warden.errors import ApiFailure
 from runtime.warden.interfaces import Cluster
 from runtime.warden.model import NODE_WORKFLOW, Incident, node_workflow_id
 
@@ -70,9 +70,7 @@ def node_memory(cluster: Cluster, node: str) -> dict[str, Any]:
     """Warden's memory of a node as its annotations hold it (state `deleted` once it is gone)."""
     try:
         current = cluster.get_node(node)
-    except ApiFailure as error:
-        if error.status != 404:  # a node Warden once handled may have been replaced since
-            raise
+    except NotFound:  # a node Warden once handled may have been replaced since
         return {"node": node, **dict.fromkeys(MEMORY_KEYS), "state": "deleted"}
     notes = memory.annotations(current)
     found = {key: notes.get(annotation) for key, annotation in MEMORY_KEYS.items()}

@@ -13,10 +13,10 @@ from temporalio.worker import Worker
 
 from runtime.warden.activities import Seams, WardenActivities
 from runtime.warden.alive import beat
+from runtime.warden.cluster import KubeCluster
 from runtime.warden.config import WardenConfig
 from runtime.warden.gce import GceRepair
 from runtime.warden.jobcheck import JobNodeCheck
-from runtime.warden.kube import KubeCluster, api_client
 from runtime.warden.model import SWEEP_WORKFLOW, SweepPlan
 from runtime.warden.prometheus import PrometheusTelemetry
 from runtime.warden.workflows import NodeWorkflow, ShrinkWorkflow, SweepWorkflow
@@ -24,7 +24,7 @@ from runtime.warden.workflows import NodeWorkflow, ShrinkWorkflow, SweepWorkflow
 
 def real_seams(config: WardenConfig) -> Seams:
     """The production seams: Kubernetes API, Prometheus, Compute Engine, Jobs on the node."""
-    cluster = KubeCluster(api_client(config.kubernetes), config.kubernetes.request_timeout_s)
+    cluster = KubeCluster.connect(config.kubernetes)
     return Seams(
         cluster=cluster,
         telemetry=PrometheusTelemetry(config.prometheus, config.detection.node_label),

@@ -14,11 +14,12 @@ from typer.testing import CliRunner
 
 from generator.catalog import Catalog
 from generator.cli import app
-from generator.cluster import ApiFailed, KubeApi
 from generator.cluster.kubectl import Kubectl, select_pod
 from generator.errors import GkrError
-from generator.tree import render_tree
+from generator.render import render_tree
 from generator.validate import validate_tree
+from runtime.errors import RuntimeFailure
+from runtime.kube import Conflict, Kube
 from tests.cluster.conftest import CONTEXT
 
 runner = CliRunner()
@@ -30,7 +31,8 @@ SUBMIT = ["submit", "train-a", "rayjob", "--cluster", "usc1-prod", "--namespace"
 
 
 class Outcome:
-    """What `gkr` (whose main() turns GkrError into a message and exit code) would give."""
+    """What `gkr` would give: its main() turns GkrError and RuntimeFailure into a message and
+    the exit code of their category."""
 
     def __init__(self, output: str, exit_code: int, error: str = "") -> None:
         self.output, self.exit_code, self.error = output, exit_code, error
@@ -40,6 +42,8 @@ def gkr(*args: str) -> Outcome:
     result = runner.invoke(app, list(args))
     if isinstance(result.exception, GkrError):
         return Outcome(result.output, result.exception.exit_code, str(result.exception))
+    if isinstance(result.exception, RuntimeFailure):
+        return Outcome(result.output, int(result.exception.category), str(result.exception))
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     return Outcome(result.output, result.exit_code)
 
@@ -71,15 +75,13 @@ def test_bad_flags_name_the_flag_and_apply_conflicts_are_409(repo, apiserver):
     bad = gkr(*SUBMIT, "--accelerators", "B200")
     assert bad.exit_code == 1 and "--accelerator: 'B200' is not offered" in bad.error
     gkr(*SUBMIT)
-    api = KubeApi.connect(CONTEXT)
+    api = Kube.connect(CONTEXT)
     other = apiserver.get("ray.io", "rayjobs", NS, "train-a")
     edited = {"apiVersion": "ray.io/v1", "kind": "RayJob",
               "metadata": {"name": "train-a", "namespace": NS},
               "spec": {**other["spec"], "entrypoint": "edited by hand"}}
-    api.client.configuration.host = apiserver.url
-    with pytest.raises(ApiFailed, match="conflict") as error:
-        api.request("apply", "PATCH", f"/apis/ray.io/v1/namespaces/{NS}/rayjobs/train-a",
-                    edited, "application/apply-patch+yaml", {"fieldManager": "kubectl"})
+    with pytest.raises(Conflict, match="conflict") as error:
+        api.apply(edited, force=False, field_manager="kubectl")
     assert error.value.status == 409 and error.value.reason == "Conflict"
     assert gkr(*SUBMIT).exit_code == 0  # gkr forces: the spec is the source of truth
 
@@ -211,7 +213,7 @@ def test_submit_waits_for_the_placed_pods(repo, apiserver):
     from generator.cluster.preflight import wait_running
 
     gkr(*SUBMIT)
-    api = KubeApi.connect(CONTEXT)
+    api = Kube.connect(CONTEXT)
     seen: list[str] = []
 
     def kubelet():

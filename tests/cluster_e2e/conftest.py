@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from generator.catalog import Catalog
-from generator.cluster import KubeApi
-from generator.cluster.api import ApiFailed, NotFound
+from runtime.identity import selector
+from runtime.kube import DEPLOYMENT, JOB, POD, RAYCLUSTER, Kind, Kube, KubeError, NotFound
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECONFIG = os.environ.get("GKR_E2E_KUBECONFIG", "")
@@ -40,7 +40,7 @@ class Run:
     cluster: str
     namespace: str
     accelerator: str
-    api: KubeApi
+    api: Kube
     job: str
     ray: str
     found: dict[str, str] = field(default_factory=dict)
@@ -75,12 +75,12 @@ def check_label(node: str) -> str:
     return f"check-{hashlib.sha256(node.encode()).hexdigest()[:10]}"
 
 
-def _delete(api: KubeApi, path: str, query: dict[str, str]) -> str | None:
+def _delete(api: Kube, kind: Kind, name: str, namespace: str) -> str | None:
     try:
-        api.request(f"cleanup DELETE {path}", "DELETE", path, query=query)
+        api.delete(kind, name, namespace=namespace)
     except NotFound:
         return None
-    except ApiFailed as error:
+    except KubeError as error:
         return str(error)
     return None
 
@@ -88,20 +88,16 @@ def _delete(api: KubeApi, path: str, query: dict[str, str]) -> str | None:
 def cleanup(run: Run) -> list[str]:
     """Delete the run's Job, RayCluster, sentinel, `gkr check` Job and any pods left behind
     (Background propagation, so no pod outlives its owner); the failures, if any."""
-    ns, background = f"namespaces/{run.namespace}", {"propagationPolicy": "Background"}
-    paths = [f"/apis/batch/v1/{ns}/jobs/{run.job}",
-             f"/apis/ray.io/v1/{ns}/rayclusters/{run.ray}",
-             f"/apis/apps/v1/{ns}/deployments/{run.ray}-sentinel"]
+    targets = [(JOB, run.job), (RAYCLUSTER, run.ray), (DEPLOYMENT, f"{run.ray}-sentinel")]
     labels = [run.job, run.ray]
     if "checked" in run.found:  # only a check this run started: the name is per node
         label = check_label(run.found["checked"])
-        paths.append(f"/apis/batch/v1/{ns}/jobs/gkr-{label}")
+        targets.append((JOB, f"gkr-{label}"))
         labels.append(label)
-    failures = [_delete(run.api, path, background) for path in paths]
+    failures = [_delete(run.api, kind, name, run.namespace) for kind, name in targets]
     for label in labels:  # one by one: team RBAC grants delete, not deletecollection
-        pods = run.api.pods(run.namespace, f"gkr.dev/job={label}")
-        pod_paths = [f"/api/v1/{ns}/pods/{p['metadata']['name']}" for p in pods]
-        failures += [_delete(run.api, path, {}) for path in pod_paths]
+        pods = run.api.list(POD, namespace=run.namespace, labels=selector(job=label))
+        failures += [_delete(run.api, POD, p["metadata"]["name"], run.namespace) for p in pods]
     return [f for f in failures if f]
 
 
@@ -116,7 +112,7 @@ def run() -> Iterator[Run]:
                  or next(iter(cluster.teams.values())).namespace)
     job = f"e2e-{secrets.token_hex(3)}"
     state = Run(cluster=name, namespace=namespace, accelerator=next(iter(cluster.accelerators)),
-                api=KubeApi.connect(cluster.kube_context, KUBECONFIG), job=job, ray=f"{job}-ray")
+                api=Kube.connect(cluster.kube_context, KUBECONFIG), job=job, ray=f"{job}-ray")
     yield state
     failures = cleanup(state)
     assert not failures, f"cleanup left objects behind: {failures}"

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from generator.cluster.kinds import JOB, RAYCLUSTER
 from generator.cluster.preflight import wait_running
+from runtime.identity import selector
+from runtime.kube import JOB, POD, RAYCLUSTER
 from tests.cluster_e2e.conftest import (
     ENABLED,
     GKR,
@@ -118,14 +119,16 @@ def test_port_forward_reaches_the_ray_dashboard(run: Run) -> None:
         os.killpg(forwarder.pid, signal.SIGTERM)
         forwarder.wait(timeout=30)
     ok(run.gkr("delete", run.ray, *run.scope(), "--raycluster", "--yes"))
-    eventually(lambda: run.api.find(RAYCLUSTER, run.namespace, run.ray) is None,
+    eventually(lambda: run.api.find(RAYCLUSTER, run.ray, namespace=run.namespace) is None,
                f"RayCluster {run.ray} deleted")
 
 
 def test_delete_removes_the_job_and_its_pods(run: Run) -> None:
     ok(run.gkr("delete", run.job, *run.scope(), "--yes"))
-    eventually(lambda: run.api.find(JOB, run.namespace, run.job) is None, f"Job {run.job} gone")
-    eventually(lambda: not run.api.pods(run.namespace, f"gkr.dev/job={run.job}"),
+    eventually(lambda: run.api.find(JOB, run.job, namespace=run.namespace) is None,
+               f"Job {run.job} gone")
+    eventually(lambda: not run.api.list(POD, namespace=run.namespace,
+                                        labels=selector(job=run.job)),
                f"pods of {run.job} gone (not orphaned)", WAIT_S)
 
 

@@ -32,25 +32,90 @@ EVENT_FIELDS = {
 
 @dataclass(frozen=True)
 class Resource:
-    """One served resource."""
+    """One served resource; the names and versions are what discovery reports of it."""
 
     kind: str
     namespaced: bool = True
     status: bool = True  # a status subresource: only controllers write `status`
     builtin: bool = True  # strategic merge patch needs a built-in kind's Go types
     fields: tuple[tuple[str, str], ...] = ()  # extra field selectors: (name, object path)
+    versions: tuple[str, ...] = ("v1",)  # served versions, the preferred first
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
 
 
+KUEUE = ("v1beta2", "v1beta1")  # Kueue v0.19: both served, v1beta2 stored and preferred
+RAY = ("v1", "v1alpha1")  # KubeRay v1.7: both served, v1 stored
+ALL = ("all",)
+
+# Built-in kinds as k8s.io/api v1.37 registers them; custom resources as the CRDs vendored in
+# generator/schemas/crds (names, scope, short names and categories from the CRDs' `spec.names`).
 SERVED: dict[tuple[str, str], Resource] = {
-    ("", "pods"): Resource("Pod", fields=tuple(POD_FIELDS.items())),
-    ("", "events"): Resource("Event", status=False, fields=tuple(EVENT_FIELDS.items())),
-    ("", "nodes"): Resource("Node", namespaced=False),
-    ("apps", "deployments"): Resource("Deployment"),
-    ("batch", "jobs"): Resource("Job"),
-    ("ray.io", "rayjobs"): Resource("RayJob", builtin=False),
-    ("ray.io", "rayclusters"): Resource("RayCluster", builtin=False),
-    ("kueue.x-k8s.io", "workloads"): Resource("Workload", builtin=False),
+    ("", "pods"): Resource("Pod", fields=tuple(POD_FIELDS.items()), short_names=("po",),
+                           categories=ALL),
+    ("", "events"): Resource("Event", status=False, fields=tuple(EVENT_FIELDS.items()),
+                             short_names=("ev",)),
+    ("", "nodes"): Resource("Node", namespaced=False, short_names=("no",)),
+    ("", "namespaces"): Resource("Namespace", namespaced=False, short_names=("ns",)),
+    ("", "serviceaccounts"): Resource("ServiceAccount", status=False, short_names=("sa",)),
+    ("", "configmaps"): Resource("ConfigMap", status=False, short_names=("cm",)),
+    ("apps", "deployments"): Resource("Deployment", short_names=("deploy",), categories=ALL),
+    ("apps", "daemonsets"): Resource("DaemonSet", short_names=("ds",), categories=ALL),
+    ("batch", "jobs"): Resource("Job", categories=ALL),
+    ("networking.k8s.io", "networkpolicies"): Resource("NetworkPolicy", status=False,
+                                                       short_names=("netpol",)),
+    ("rbac.authorization.k8s.io", "roles"): Resource("Role", status=False),
+    ("rbac.authorization.k8s.io", "rolebindings"): Resource("RoleBinding", status=False),
+    ("rbac.authorization.k8s.io", "clusterroles"): Resource("ClusterRole", namespaced=False,
+                                                            status=False),
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): Resource(
+        "ClusterRoleBinding", namespaced=False, status=False),
+    ("scheduling.k8s.io", "priorityclasses"): Resource("PriorityClass", namespaced=False,
+                                                       status=False, short_names=("pc",)),
+    ("ray.io", "rayjobs"): Resource("RayJob", builtin=False, versions=RAY, categories=ALL),
+    ("ray.io", "rayclusters"): Resource("RayCluster", builtin=False, versions=RAY,
+                                        categories=ALL),
+    ("kueue.x-k8s.io", "workloads"): Resource("Workload", builtin=False, versions=KUEUE,
+                                              short_names=("wl",)),
+    ("kueue.x-k8s.io", "clusterqueues"): Resource("ClusterQueue", namespaced=False,
+                                                  builtin=False, versions=KUEUE,
+                                                  short_names=("cq",)),
+    ("kueue.x-k8s.io", "localqueues"): Resource("LocalQueue", builtin=False, versions=KUEUE,
+                                                short_names=("queue", "queues", "lq")),
+    ("kueue.x-k8s.io", "resourceflavors"): Resource(
+        "ResourceFlavor", namespaced=False, status=False, builtin=False, versions=KUEUE,
+        short_names=("flavor", "flavors", "rf")),
+    ("kueue.x-k8s.io", "workloadpriorityclasses"): Resource(
+        "WorkloadPriorityClass", namespaced=False, status=False, builtin=False,
+        versions=KUEUE, short_names=("wpc",)),
+    # Argo CD's Application has no status subresource: its controller writes the object.
+    ("argoproj.io", "applications"): Resource("Application", status=False, builtin=False,
+                                              versions=("v1alpha1",),
+                                              short_names=("app", "apps")),
+    ("argoproj.io", "applicationsets"): Resource("ApplicationSet", builtin=False,
+                                                 versions=("v1alpha1",),
+                                                 short_names=("appset", "appsets")),
 }
+
+
+class Subresource(NamedTuple):
+    """A served subresource: the one method it answers and the kind it takes or returns."""
+
+    method: str
+    group: str
+    version: str
+    kind: str
+
+
+SUBRESOURCES: dict[tuple[str, str, str], Subresource] = {
+    ("", "pods", "log"): Subresource("GET", "", "v1", "Pod"),
+    ("", "pods", "eviction"): Subresource("POST", "policy", "v1", "Eviction"),
+}
+VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 
 
 class Change(NamedTuple):
@@ -70,9 +135,10 @@ class ApiError(Exception):
         self.code, self.reason, self.details = code, reason, details or {}
 
     def status(self) -> Json:
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": str(self), "reason": self.reason, "details": self.details,
-                "code": self.code}
+        found = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                 "message": str(self), "reason": self.reason, "details": self.details,
+                 "code": self.code}
+        return {k: v for k, v in found.items() if v or k == "metadata"}  # Go's omitempty
 
 
 def resource_name(group: str, plural: str) -> str:

@@ -40,10 +40,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import yaml
 
+from tests.doubles import kube_fields as fields
 from tests.doubles.kube_api import (
     SERVED,
     ApiError,
@@ -71,7 +71,7 @@ class KubeApiServer:
 
     def __init__(self) -> None:
         self.store: dict[Key, Json] = {}
-        self.owners: dict[Key, dict[str, dict[str, Any]]] = {}
+        self.owners: dict[Key, fields.Managers] = {}
         self.changes: list[Change] = []
         self.logs: dict[tuple[str, str, str], list[str]] = {}
         self.open_logs: set[tuple[str, str, str]] = set()
@@ -181,7 +181,7 @@ class KubeApiServer:
                      and label_selected(obj, labels) and fields_match(obj, terms)]
             return items, self.version
 
-    def create(self, key: Key, body: Json, version: str) -> Json:
+    def create(self, key: Key, body: Json, version: str, manager: str = "") -> Json:
         """POST: the name comes from the body (or its generateName); 409 when taken."""
         meta = body.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -189,47 +189,71 @@ class KubeApiServer:
         full = (*key[:3], meta.get("name", ""))
         validate(full, body, version)
         _keep_status(full, body, None)
+        _defaults(full, body, None)
         with self.changed:
             if full in self.store:
                 raise ApiError(409, "AlreadyExists",
                                f'{resource_name(*key[:2])} "{full[3]}" already exists',
                                {"name": full[3], "group": key[0], "kind": key[1]})
+            self._own(full, manager, body["apiVersion"], None, body)
             return copy.deepcopy(self._save(full, body, None))
 
-    def patch(self, key: Key, change: Callable[[Json], Json]) -> Json:
+    def patch(self, key: Key, change: Callable[[Json], Json], manager: str = "") -> Json:
         """PATCH: `change` makes the new object from the stored one."""
         with self.changed:
             old = self.store.get(key)
             if old is None:
                 raise not_found(key)
             new = change(copy.deepcopy(old))
-            if new.get("metadata", {}).get("resourceVersion") != old["metadata"][
-                    "resourceVersion"]:
-                raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on "
-                               f'{resource_name(*key[:2])} "{key[3]}": the object has been '
-                               "modified; please apply your changes to the latest version and "
-                               "try again", {"name": key[3], "group": key[0], "kind": key[1]})
-            _keep_status(key, new, old)
+            self._write(key, new, old, manager)
             return copy.deepcopy(self._save(key, new, old))
+
+    def replace(self, key: Key, body: Json, version: str, manager: str = "") -> Json:
+        """PUT: the whole object; a `metadata.resourceVersion` it carries must be current."""
+        validate(key, body, version)
+        with self.changed:
+            old = self.store.get(key)
+            if old is None:
+                raise not_found(key)
+            body["metadata"].setdefault("resourceVersion", old["metadata"]["resourceVersion"])
+            self._write(key, body, old, manager)
+            return copy.deepcopy(self._save(key, body, old))
+
+    def _write(self, key: Key, new: Json, old: Json, manager: str) -> None:
+        """What an update of a stored object is checked and given (under the lock)."""
+        if new.get("metadata", {}).get("resourceVersion") != old["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on "
+                           f'{resource_name(*key[:2])} "{key[3]}": the object has been '
+                           "modified; please apply your changes to the latest version and "
+                           "try again", {"name": key[3], "group": key[0], "kind": key[1]})
+        _keep_status(key, new, old)
+        _defaults(key, new, old)
+        self._own(key, manager, new.get("apiVersion", ""), old, new)
 
     def apply(self, key: Key, body: Json, manager: str, force: bool) -> tuple[Json, bool]:
         """Server-side apply: (object, created)."""
         _keep_status(key, body, None)
         with self.changed:
             old = self.store.get(key)
-            owners = self.owners.setdefault(key, {})
-            applied = _leaves(body)
-            _check_conflicts(key, owners, applied, manager, force)
-            for other in owners:
-                if other != manager:
-                    owners[other] = {p: v for p, v in owners[other].items() if p not in applied}
-            owners[manager] = applied
+            managers = self.owners.setdefault(key, {})
+            gone = fields.apply(managers, manager, body["apiVersion"], old or {}, body, force)
             merged = merge_patch(old or {}, body)
-            merged["metadata"]["managedFields"] = [
-                {"manager": m, "operation": "Apply", "fieldsType": "FieldsV1"} for m in owners
-            ]
+            for path in gone:
+                fields.remove(merged, path)
+            merged["metadata"]["managedFields"] = fields.entries(managers)
             _keep_status(key, merged, old)
+            _defaults(key, merged, old)
             return copy.deepcopy(self._save(key, merged, old)), old is None
+
+    def _own(self, key: Key, manager: str, api_version: str, old: Json | None,
+             new: Json) -> None:
+        """Record an update's manager (none: a controller's write, as `put` makes)."""
+        managers = self.owners.setdefault(key, {})
+        if manager:
+            fields.update(managers, manager, api_version, old, new)
+        new.setdefault("metadata", {})["managedFields"] = fields.entries(managers)
+        if not managers:
+            new["metadata"].pop("managedFields")
 
     def evict(self, key: Key, body: Json) -> None:
         """The eviction subresource of a pod (policy/v1 Eviction)."""
@@ -293,6 +317,16 @@ class KubeApiServer:
         self.changed.notify_all()
 
 
+def _defaults(key: Key, obj: Json, old: Json | None) -> None:
+    """What the server sets on its own: a namespace's name label, finalizer and phase."""
+    if key[:2] != ("", "namespaces"):
+        return
+    obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = key[3]
+    if old is None:
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        obj["status"] = {"phase": "Active"}
+
+
 def _keep_status(key: Key, obj: Json, old: Json | None) -> None:
     """The status subresource's rule: writes to the main resource leave `status` as it was."""
     if not SERVED[key[:2]].status:
@@ -300,25 +334,3 @@ def _keep_status(key: Key, obj: Json, old: Json | None) -> None:
     obj.pop("status", None)
     if old is not None and "status" in old:
         obj["status"] = copy.deepcopy(old["status"])
-
-
-def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Field paths of an applied object (lists are atomic, as in most Kubernetes list types)."""
-    if isinstance(value, dict) and value:
-        found: dict[str, Any] = {}
-        for key, item in value.items():
-            found |= _leaves(item, f"{prefix}.{key}")
-        return found
-    return {prefix: value}
-
-
-def _check_conflicts(key: Key, owners: dict[str, dict[str, Any]], applied: dict[str, Any],
-                     manager: str, force: bool) -> None:
-    conflicts = sorted(
-        f"{path} (owned by {other!r})" for other, fields in owners.items()
-        if other != manager for path, value in applied.items()
-        if path in fields and fields[path] != value
-    )
-    if conflicts and not force:
-        raise ApiError(409, "Conflict", f"Apply failed with {len(conflicts)} conflicts: "
-                       + "; ".join(conflicts), {"name": key[3], "kind": key[1]})

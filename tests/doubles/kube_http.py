@@ -14,9 +14,12 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 
+from tests.doubles import kube_protobuf as protobuf
+from tests.doubles import kube_schema as schema
 from tests.doubles.kube_api import (
     PATH,
     SERVED,
+    SUBRESOURCES,
     ApiError,
     Json,
     Key,
@@ -26,6 +29,8 @@ from tests.doubles.kube_api import (
     label_selected,
     validate,
 )
+from tests.doubles.kube_discovery import document
+from tests.doubles.kube_openapi import document as openapi_document
 from tests.doubles.kube_patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 
 if TYPE_CHECKING:
@@ -38,7 +43,6 @@ PATCHES: dict[str, Callable[[Any, Any], Any]] = {
     "application/merge-patch+json": merge_patch,
     STRATEGIC: strategic_merge_patch,
 }
-SUBRESOURCES = {("", "pods", "log"): "GET", ("", "pods", "eviction"): "POST"}
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class Request:
     query: dict[str, str]  # first value of each parameter
     content_type: str
     raw: bytes
+    accept: str = ""
 
     @cached_property
     def body(self) -> Any:
@@ -91,22 +96,28 @@ def route(path: str, query: dict[str, str], method: str) -> Route:
         raise _no_resource()
     group, plural = "" if match["core"] else match["group"], match["plural"]
     resource = SERVED.get((group, plural))
-    if resource is None:
+    version = match["core"] or match["version"]
+    if resource is None or version not in resource.versions:
         raise _no_resource()
     namespace, name, sub = match["ns"] or "", match["name"] or "", match["sub"]
     if namespace and not resource.namespaced:
         raise _no_resource()
     if sub and (group, plural, sub) not in SUBRESOURCES:
         raise _no_resource()
-    if sub and SUBRESOURCES[(group, plural, sub)] != method:
+    if sub and SUBRESOURCES[(group, plural, sub)].method != method:
         raise _not_allowed()
     if name and resource.namespaced and not namespace:
         raise _no_resource()
-    return Route((group, plural, namespace, name), query, sub,
-                 match["core"] or match["version"])
+    return Route((group, plural, namespace, name), query, sub, version)
 
 
-def _decode(raw: bytes, expected: type) -> Any:
+def _decode(raw: bytes, expected: type, content_type: str = "application/json") -> Any:
+    if content_type == protobuf.MEDIA_TYPE:
+        try:
+            return protobuf.decode(raw)
+        except protobuf.ProtobufError as error:
+            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an "
+                           f"unknown format - the test double: {error}") from None
     try:
         body = json.loads(raw or b"null")
     except json.JSONDecodeError as error:
@@ -140,6 +151,8 @@ class _Handler(BaseHTTPRequestHandler):
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         self.send_response(code)
         self.send_header("Content-Type", content_type)
+        for warning in self.warnings:
+            self.send_header("Warning", f"299 - {json.dumps(warning)}")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -155,13 +168,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _handle(self) -> None:
+        self.warnings: list[str] = []
         url = urlparse(self.path)
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         content_type = self.headers.get("Content-Type", "").split(";")[0].strip()
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        accept = self.headers.get("Accept", "")
         self.api.requests.append(
-            Request(time.time(), self.command, url.path, query, content_type, raw))
+            Request(time.time(), self.command, url.path, query, content_type, raw, accept))
         try:
+            if self.command == "GET" and self._discovery(url.path, accept):
+                return
             target = route(url.path, query, self.command)
             getattr(self, f"_{self.command.lower()}")(target, raw, content_type)
         except ApiError as error:
@@ -171,7 +188,18 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as error:  # a bug of the double: answered as the server's 500
             self._send(500, ApiError(500, "InternalError", repr(error)).status())
 
-    do_GET = do_POST = do_PATCH = do_DELETE = _handle
+    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _handle
+
+    def _discovery(self, path: str, accept: str) -> bool:
+        """Answer a discovery or OpenAPI path; False when the path is not one."""
+        openapi = openapi_document(path)
+        if openapi is not None:
+            self._send(200, openapi)
+            return True
+        found = document(path, accept, "{}:{}".format(*self.server.server_address[:2]))
+        if found is not None:
+            self._send(200, found[1], found[0])
+        return found is not None
 
     # ---- verbs -----------------------------------------------------------------------------
     def _get(self, target: Route, raw: bytes, content_type: str) -> None:
@@ -190,12 +218,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _post(self, target: Route, raw: bytes, content_type: str) -> None:
         if target.sub == "eviction":
-            self.api.evict(target.key, _decode(raw, dict))
+            self.api.evict(target.key, _decode(raw, dict, content_type))
             return self._send(201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                                     "status": "Success", "code": 201})
         if target.key[3] or (SERVED[target.key[:2]].namespaced and not target.key[2]):
             raise _not_allowed()
-        self._send(201, self.api.create(target.key, _decode(raw, dict), target.version))
+        body = self._checked(target, _decode(raw, dict, content_type), decoding=True)
+        self._send(201, self.api.create(target.key, body, target.version, self._manager(target)))
+
+    def _put(self, target: Route, raw: bytes, content_type: str) -> None:
+        if not target.key[3] or target.sub:
+            raise _not_allowed()
+        body = self._checked(target, _decode(raw, dict, content_type), decoding=True)
+        self._send(200, self.api.replace(target.key, body, target.version,
+                                         self._manager(target)))
 
     def _patch(self, target: Route, raw: bytes, content_type: str) -> None:
         if not target.key[3]:
@@ -210,7 +246,9 @@ class _Handler(BaseHTTPRequestHandler):
                            f"unknown format - accepted media types include: "
                            f"{', '.join(accepted)}")
         patch = _decode(raw, list if patcher is json_patch else dict)
-        self._send(200, self.api.patch(target.key, _patched(patcher, patch)))
+        change = _patched(patcher, patch)
+        self._send(200, self.api.patch(target.key, lambda old: self._checked(target, change(old)),
+                                       self._manager(target)))
 
     def _apply(self, target: Route, raw: bytes) -> None:
         manager = target.query.get("fieldManager", "")
@@ -223,6 +261,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             raise bad_request("the body must be an object")
         validate(target.key, body, target.version)
+        self._typed(target, body)
         force = target.query.get("force") == "true"
         obj, created = self.api.apply(target.key, body, manager, force)
         self._send(201 if created else 200, obj)
@@ -235,6 +274,43 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                          "status": "Success",
                          "details": {"name": name, "group": group, "kind": plural}})
+
+    # ---- field validation and ownership -----------------------------------------------------
+    def _checked(self, target: Route, obj: Json, decoding: bool = False) -> Json:
+        """The server's field validation (`fieldValidation`, Warn when absent) of a write."""
+        group, plural = target.key[:2]
+        unknown = schema.unknown_fields(group, target.version, SERVED[(group, plural)].kind, obj)
+        if not unknown:
+            return obj
+        fields = ", ".join(f'unknown field "{schema.decoding_path(p)}"' for p in unknown)
+        mode = target.query.get("fieldValidation", "Warn")
+        if mode == "Strict":
+            kind = SERVED[(group, plural)].kind
+            prefix = f'{kind} in version "{target.version}" cannot be handled as a {kind}: '
+            raise bad_request((prefix if decoding else "") + f"strict decoding error: {fields}")
+        if mode == "Warn":
+            self.warnings += [f'unknown field "{schema.decoding_path(p)}"' for p in unknown]
+        schema.prune(obj, unknown)
+        return obj
+
+    def _typed(self, target: Route, body: Json) -> None:
+        """An apply's fields must all be in the schema, whatever `fieldValidation` says."""
+        group, plural, namespace, name = target.key
+        kind = SERVED[(group, plural)].kind
+        unknown = schema.unknown_fields(group, target.version, kind, body)
+        if not unknown:
+            return
+        errors = [f"{schema.apply_path(p)}: field not declared in schema" for p in unknown]
+        detail = errors[0] if len(errors) == 1 else "\n  ".join(["errors:", *errors])
+        # A plain error on the server's side: 500 with no reason (kubernetes#118877).
+        raise ApiError(500, "", f"failed to create typed patch object ({namespace}/{name}; "
+                                f"{group}/{target.version}, Kind={kind}): {detail}")
+
+    def _manager(self, target: Route) -> str:
+        """The field manager of an update: named, or the User-Agent's product, as the server
+        takes it."""
+        named = target.query.get("fieldManager")
+        return named or self.headers.get("User-Agent", "unknown").split("/")[0]
 
     # ---- streams ---------------------------------------------------------------------------
     def _watch(self, target: Route) -> None:

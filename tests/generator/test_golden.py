@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.tree import render_tree
+from generator.render import render_tree
 
 GOLDEN = Path(__file__).parent / "golden"
 ACCELERATORS = ["H100", "H100-Mega", "H200", "B200", None]

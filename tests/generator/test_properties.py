@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from generator.catalog import Catalog
 from generator.errors import InvalidInput
-from generator.tree import render_tree, write_tree
+from generator.output import write_tree
+from generator.render import render_tree
 from tests.generator.conftest import ScratchRepo
 
 FIELD_VALUES = {

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from generator.errors import InvalidInput
+from generator.output import diff_tree, write_tree
+from generator.render import render_tree
 from generator.specs import load_spec
-from generator.tree import diff_tree, render_tree, write_tree
 
 REPO = Path(__file__).resolve().parents[2]
 GKR = str(Path(sys.executable).with_name("gkr"))
@@ -66,7 +67,7 @@ def test_cache_follows_env_file_changes(repo, spec) -> None:
     env.write_text("A: two\nB: file\n")
     second = render_tree(repo.root).manifests[JOB_FILE.format("uses-env")]
     worker = lambda docs: docs[0]["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]  # noqa: E731
-    values = lambda docs: {e["name"]: e["value"]  # noqa: E731
+    values = lambda docs: {e["name"]: e.get("value")  # noqa: E731
                            for e in worker(docs)["template"]["spec"]["containers"][0]["env"]}
     assert values(first)["A"] == "one" and values(second)["A"] == "two"
     assert values(second)["B"] == "spec"  # the spec's env wins over the env file
@@ -172,7 +173,7 @@ def test_example_tree_covers_kinds_teams_clusters_accelerators() -> None:
 
 def test_many_specs_render_in_parallel_exactly_as_one_by_one(repo, spec, monkeypatch) -> None:
     """Above the threshold, cold renders fan out to forked workers; the bytes are the same."""
-    import generator.tree as tree_module
+    import generator.render as tree_module
 
     for i in range(12):
         repo.write_spec(f"many-{i:02d}", spec(pods=1 + i % 3, env={"I": str(i)}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from generator.errors import InvalidInput
-from generator.tree import render_tree
+from generator.render import render_tree
 
 # (changes to a valid spec, field named in the error, words the message must contain)
 MISTAKES = [

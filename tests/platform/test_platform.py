@@ -15,9 +15,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from generator.catalog import Catalog
 from generator.errors import InvalidInput
+from generator.output import GENERATED_ROOTS, plan_changes
 from generator.platform.addons import load_addons
 from generator.platform.checks import (
     check_terraform_fmt,
@@ -25,8 +27,10 @@ from generator.platform.checks import (
     terraform_binary,
 )
 from generator.policies import check_job_policies
-from generator.tree import GENERATED_ROOTS, plan_changes, render_tree
+from generator.render import render_tree
 from generator.validate import check_kustomize, check_schemas
+from runtime.identity import Taint
+from runtime.warden.config import parse_config
 
 REPO = Path(__file__).resolve().parents[2]
 NEW_CLUSTER = """\
@@ -217,3 +221,80 @@ def test_checkov_scan_has_no_failed_checks() -> None:
     assert len(figures) == 2, result.stdout[-2000:]
     assert all(int(failed) == 0 for _, failed in figures), result.stdout[-4000:]
     assert result.returncode == 0
+
+
+def _warden_config(tree) -> dict:
+    configmap = tree.manifests["platform/warden/generated/configmap.yaml"][0]
+    return yaml.safe_load(configmap["data"]["config.yaml"])
+
+
+def _edit_addons(root: Path, edit) -> None:
+    path = root / "platform/catalog/addons.yaml"
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_warden_config_points_at_the_addons_the_catalog_installs(repo_tree) -> None:
+    tree, _ = repo_tree
+    addons, config = load_addons(REPO), _warden_config(tree)
+    prometheus = addons.addons["kube-prometheus-stack"]
+    assert addons.warden.prometheus.addon == "kube-prometheus-stack"
+    assert config["prometheus"]["url"] == (
+        f"http://kube-prometheus-stack-prometheus.{prometheus.namespace}:9090")
+    temporal = addons.addons["temporal"]
+    assert config["temporal"]["address"] == f"temporal-frontend.{temporal.namespace}:7233"
+    apps = {d["metadata"]["name"]: d for d in tree.manifests["platform/argocd/apps/usc1-prod.yaml"]}
+    source = apps["usc1-prod-temporal"]["spec"]["source"]
+    assert (source["chart"], source["targetRevision"]) == ("temporal", temporal.version)
+    assert apps["usc1-prod-temporal"]["spec"]["destination"]["namespace"] == temporal.namespace
+    assert config["reservations"]["taint_key"] == Taint.RESERVED_FOR
+    assert parse_config(config).checks.namespace == Catalog(REPO).platform.node_checks.namespace
+
+
+def test_gpu_addons_tolerate_the_reservation_taint_of_runtime_identity(repo_tree) -> None:
+    tree, _ = repo_tree
+    apps = {d["metadata"]["name"]: d for d in tree.manifests["platform/argocd/apps/usc1-prod.yaml"]}
+    values = apps["usc1-prod-dcgm-exporter"]["spec"]["source"]["helm"]["valuesObject"]
+    assert {"key": Taint.RESERVED_FOR, "operator": "Exists", "effect": "NoSchedule"} \
+        in values["tolerations"]
+    assert "gkr.dev/" not in (REPO / "platform/catalog/addons.yaml").read_text()
+    assert "reservation_taint" not in (REPO / "platform/catalog/gke.yaml").read_text()
+
+
+def test_a_catalog_change_rerenders_the_warden_config(tmp_path: Path) -> None:
+    root = _copy_repo(tmp_path)
+
+    def move_prometheus(data: dict) -> None:
+        data["addons"]["kube-prometheus-stack"]["namespace"] = "metrics"
+        data["addons"]["temporal"]["services"]["frontend"]["port"] = 7300
+
+    _edit_addons(root, move_prometheus)
+    tree = render_tree(root, Catalog(root), use_cache=False)
+    config = _warden_config(tree)
+    assert config["prometheus"]["url"] == "http://kube-prometheus-stack-prometheus.metrics:9090"
+    assert config["temporal"]["address"] == "temporal-frontend.temporal:7300"
+    assert "platform/warden/generated/configmap.yaml" in plan_changes(root, tree).written
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    (lambda d: d["warden"]["settings"]["detection"].update(intervall_s=5),
+     r"addons\.yaml:\d+: warden\.settings\.detection\.intervall_s: unknown field; allowed: "),
+    (lambda d: d["warden"]["settings"].update(prometheus={"url": "http://elsewhere:9090"}),
+     r"addons\.yaml:\d+: warden\.settings\.prometheus\.url: filled in by `gkr render`"),
+    (lambda d: d["warden"]["settings"]["memory"].update(escalate_after=0),
+     r"warden\.settings\.memory\.escalate_after: input should be greater than or equal to 1"),
+])
+def test_bad_warden_settings_fail_the_render(tmp_path: Path, edit, expected: str) -> None:
+    root = _copy_repo(tmp_path)
+    _edit_addons(root, edit)
+    with pytest.raises(InvalidInput, match=expected):
+        render_tree(root, Catalog(root), use_cache=False)
+
+
+def test_warden_must_name_an_addon_service(tmp_path: Path) -> None:
+    root = _copy_repo(tmp_path)
+    _edit_addons(root, lambda d: d["addons"].pop("temporal"))
+    with pytest.raises(InvalidInput, match=r"warden\.temporal: temporal/frontend is no add-on "
+                                           r"service; known: kube-prometheus-stack/prometheus"):
+        load_addons(root)

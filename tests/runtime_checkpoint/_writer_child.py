@@ -3,6 +3,7 @@ inside the background write until the parent kills it (a writer dying mid-checkp
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
@@ -10,6 +11,14 @@ import torch
 
 from runtime.checkpoint.config import CheckpointConfig
 from runtime.checkpoint.manager import Checkpointer
+
+_SAY = threading.Lock()
+
+
+def say(line: str) -> None:
+    """One whole line in one write: the two threads' lines must never interleave."""
+    with _SAY:
+        os.write(sys.stdout.fileno(), f"{line}\n".encode())
 
 
 class BlocksWhenWritten:
@@ -19,7 +28,7 @@ class BlocksWhenWritten:
         return self
 
     def __reduce__(self) -> tuple:
-        print("writing", flush=True)
+        say("writing")
         threading.Event().wait()
         raise AssertionError("unreachable")
 
@@ -29,7 +38,7 @@ def main(uri: str) -> None:
     ckpt.save(1, {"w": torch.full((1024, 256), 1.0)})
     ckpt.wait()
     ckpt.save(2, {"w": torch.full((1024, 256), 2.0), "blocker": BlocksWhenWritten()})
-    print("staged", flush=True)
+    say("staged")
     threading.Event().wait()
 
 

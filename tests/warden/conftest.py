@@ -15,10 +15,15 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from generator.catalog import Catalog
+from generator.pods import node_checks
 from runtime.warden.config import WardenConfig, parse_config
 from runtime.warden.worker import build_worker, ensure_sweeps, real_seams
 from tests.doubles.kube_apiserver import KubeApiServer
 from tests.warden.warden_doubles import CheckJobs, FakeGcp, FakePrometheus
+
+# Check settings as the rendered ConfigMap carries them: the repository's accelerator catalog.
+CHECKS = node_checks(Catalog(Path(__file__).resolve().parents[2])).model_dump(mode="json")
 
 
 class Loop:
@@ -98,9 +103,9 @@ def fast_config(temporal: WorkflowEnvironment, doubles: tuple, tmp_path: Path,
         "memory": {"escalate_after": 3},
         "recovery": {"sweep_interval_s": 1, "drain_grace_s": 1, "poll_s": 0.2,
                      "reboot_timeout_s": 20, "drain_timeout_s": 20},
-        "checks": {"preflight": {"image": "runtime@sha256:" + "1" * 64,
-                                 "command": ["python", "-m", "runtime.preflight"],
-                                 "timeout_s": 30},
+        "checks": {**CHECKS, "preflight": {"image": "runtime@sha256:" + "1" * 64,
+                                           "command": ["python", "-m", "runtime.preflight"],
+                                           "timeout_s": 30},
                    "stress": {"level": 1, "timeout_s": 30}},
         "activity_timeout_s": 10,
         "heartbeat_s": 3,

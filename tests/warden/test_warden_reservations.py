@@ -23,9 +23,9 @@ from generator.cli import app
 from runtime.errors import ConfigError
 from runtime.warden import memory
 from runtime.warden import reservations as rsv
+from runtime.warden.cluster import KubeCluster
 from runtime.warden.config import KubernetesSettings, ReservationConfig, parse_config
 from runtime.warden.keeper import ReservationKeeper
-from runtime.warden.kube import KubeCluster, api_client
 from tests.doubles.kube_apiserver import KubeApiServer
 from tests.warden.conftest import RunningWorker, fast_config
 from tests.warden.test_warden_flow import notes, wait_for
@@ -150,7 +150,7 @@ def test_a_fault_cordon_drops_the_claim_of_the_job_that_ran_there():
 def keeper(kube: KubeApiServer, tmp_path: Path) -> ReservationKeeper:
     settings = KubernetesSettings(kubeconfig=str(kube.write_kubeconfig(tmp_path / "kc")))
     return ReservationKeeper(ReservationConfig(max_reservation_s=600),
-                             KubeCluster(api_client(settings)))
+                             KubeCluster.connect(settings))
 
 
 def test_keeper_waits_for_the_pods_and_leaves_other_claims_alone(kube, keeper):

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runtime.errors import ConfigError
+from runtime.pods import GpuHost, check_job, check_job_name
 from runtime.warden import memory
 from runtime.warden.config import DetectionConfig, parse_config
 from runtime.warden.detect import (
@@ -17,7 +18,7 @@ from runtime.warden.detect import (
     xid_signal,
 )
 from runtime.warden.gce import instance_path
-from runtime.warden.jobcheck import check_job, findings, job_name
+from runtime.warden.jobcheck import findings
 from runtime.warden.model import ShrinkRequest
 from runtime.warden.shrink import shrink_patch
 
@@ -25,8 +26,17 @@ DETECTION = DetectionConfig()
 
 
 def test_unknown_key_is_refused_with_its_path():
-    with pytest.raises(ConfigError, match=r"warden.yaml: detection.intervall_s: Extra inputs"):
+    allowed = r"warden.yaml: detection.intervall_s: unknown field; allowed: .*\binterval_s\b"
+    with pytest.raises(ConfigError, match=allowed):
         parse_config({"detection": {"intervall_s": 3}}, "warden.yaml")
+
+
+def test_every_error_is_reported_not_only_the_first():
+    with pytest.raises(ConfigError) as raised:
+        parse_config({"memory": {"escalate_after": 0}, "checks": {"stress": {"level": 9}}})
+    assert [p.field for p in raised.value.problems] == ["memory.escalate_after",
+                                                        "checks.stress.level"]
+    assert str(raised.value).count("\n") == 1  # one line per error
 
 
 def test_thresholds_must_be_ordered():
@@ -110,15 +120,20 @@ def test_shrink_patch_applies_once_and_never_goes_negative():
 
 
 def test_check_job_is_pinned_tolerates_the_cordon_and_takes_all_gpus():
-    config = parse_config({}).checks
-    job = check_job(config, "gke-a3-node-1", config.preflight, "run/preflight/0", "8")
+    host = GpuHost(gpus=8, shm_size="64Gi", volume_mounts=[{"name": "lib", "mountPath": "/l"}],
+                   volumes=[{"name": "lib", "hostPath": {"path": "/l"}}])
+    config = parse_config({"checks": {"accelerators": {"nvidia-h100-80gb": host.model_dump()}}})
+    node = {"metadata": {"name": "gke-a3-node-1",
+                         "labels": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}}}
+    job = check_job(config.checks.node_check(node, config.checks.preflight, "run/preflight/0"))
     pod = job["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gke-a3-node-1"}
     assert {"key": "node.kubernetes.io/unschedulable", "operator": "Exists",
             "effect": "NoSchedule"} in pod["tolerations"]
-    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    assert {"name": "lib", "mountPath": "/l"} in pod["containers"][0]["volumeMounts"]
     assert pod["containers"][0]["command"] == ["python", "-m", "runtime.preflight"]
-    assert len(job_name("x" * 300)) <= 63
+    assert len(check_job_name("x" * 300)) <= 63
 
 
 def test_findings_come_from_the_termination_message():
