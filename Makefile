@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/gkr run --local examples/train/tiny.yaml run.name=tiny-$$(date +%Y%m%d-%H%M%S)
 
+# Style, the layer contracts (pyproject.toml [tool.importlinter]) and the type checker.
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 # What CI gates on besides the tests: the committed tree is rendered and valid.
 check: setup

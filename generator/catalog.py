@@ -24,6 +24,7 @@ from generator.yamlio import FieldPath, LineMap, line_of, load_document
 from runtime.pods import GpuHost
 
 PARSE_CACHE = ".gkr/cache/catalog"
+GpuStack = Literal["tcpx", "tcpxo", "rdma"]
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 PINNED_IMAGE = r"^[^@\s]+@sha256:[0-9a-f]{64}$"
 
@@ -52,7 +53,7 @@ class Accelerator(_Model):
     """GPUs per node."""
     allocatable: Resources
     """CPU and memory that pods can request on one node."""
-    gpudirect: Literal["none", "tcpx", "tcpxo", "rdma"]
+    gpudirect: Literal["none"] | GpuStack
     """GPUDirect network stack of the machine family."""
     gpu_nics: int = Field(ge=0)
     """Extra GPU NICs (eth1…ethN), each on its own VPC network."""
@@ -80,6 +81,11 @@ class Accelerator(_Model):
                        tolerations=self.tolerations, annotations=self.annotations,
                        volumes=self.volumes, volume_mounts=self.volume_mounts,
                        sidecars=self.sidecars, env=self.env, plugin_paths=self.plugin_paths)
+
+    @property
+    def stack(self) -> GpuStack | None:
+        """The GPUDirect network stack, if the machine has one."""
+        return None if self.gpudirect == "none" else self.gpudirect
 
     @property
     def pod_allocatable(self) -> Resources:

@@ -30,6 +30,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["tojson"] = lambda value: json.dumps(value, ensure_ascii=False)
     env.filters["combine"] = lambda left, right: {**left, **right}
+    env.globals["Label"] = Label  # identity keys come from runtime.identity, never literals
     return env
 
 
@@ -91,6 +92,6 @@ def render_job(job: ResolvedJob) -> list[dict[str, Any]]:
                       kueue["priority_label"]: job.priority.priority_class},
         sentinel={"labels": plans[Role.SENTINEL].labels,
                   "annotations": job.annotations | {Annotation.RAYCLUSTER: job.name},
-                  "selector": {Label.JOB: job.name, Label.ROLE: Role.SENTINEL}}
+                  "selector": {Label.JOB: job.name, Label.ROLE: str(Role.SENTINEL)}}
         if Role.SENTINEL in plans else None,
     )

@@ -71,7 +71,7 @@ def _prune_empty(path: Path, root: Path) -> None:
 def diff_tree(root: Path, tree: Tree) -> str:
     """A unified diff from the tree on disk to the freshly rendered one."""
     current = existing_files(root)
-    chunks = []
+    chunks: list[str] = []
     for path in sorted(set(current) | set(tree.files)):
         before, after = current.get(path), tree.files.get(path)
         if before == after:

@@ -24,6 +24,7 @@ CONTAINER = {Role.HEAD: "ray-head", Role.WORKER: "ray-worker", Role.JOB: "main",
              Role.SENTINEL: "sentinel"}
 # What a pod learns about where it runs, from the downward API (telemetry rows carry it).
 DOWNWARD = {Env.POD: "metadata.name", Env.NODE: "spec.nodeName"}
+RUNTIME_IMAGE = "gkr-runtime"  # the catalog's image with the `runtime` package
 
 
 def plan_pods(job: ResolvedJob) -> dict[Role, PodPlan]:
@@ -33,7 +34,7 @@ def plan_pods(job: ResolvedJob) -> dict[Role, PodPlan]:
 def _plan(job: ResolvedJob, role: Role) -> PodPlan:
     on_gpu = role == job.traits.gpu_role and job.accelerator is not None
     return PodPlan(
-        labels=job.labels | {Label.ROLE: role},
+        labels=job.labels | {Label.ROLE: str(role)},
         annotations=dict(job.annotations),
         container=_container(job, role, on_gpu),
         node_selector=job.gpu_node_selector if on_gpu else job.cpu_node_selector,
@@ -66,7 +67,7 @@ def _container(job: ResolvedJob, role: Role, on_gpu: bool) -> ContainerPlan:
 def _env(job: ResolvedJob, role: Role, on_gpu: bool) -> list[dict[str, Any]]:
     """Accelerator defaults, then the user's variables, then GKR's identity; sorted by name."""
     accel = job.gpu_host.env if on_gpu and job.gpu_host else {}
-    values: Mapping[str, str] = {**accel, **job.user_env, **job.identity_env, Env.ROLE: role}
+    values: Mapping[str, str] = {**accel, **job.user_env, **job.identity_env, Env.ROLE: str(role)}
     env: dict[str, dict[str, Any]] = {
         name: {"name": name, "value": value} for name, value in values.items()}
     env |= {name: {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
@@ -80,7 +81,7 @@ def _rack_affinity(job: ResolvedJob, role: Role) -> dict[str, Any] | None:
     if rack is None or job.rack_topology_key is None:
         return None
     term = {"topologyKey": job.rack_topology_key,
-            "labelSelector": {"matchLabels": {Label.JOB: job.name, Label.ROLE: role}}}
+            "labelSelector": {"matchLabels": {Label.JOB: job.name, Label.ROLE: str(role)}}}
     if rack.required:
         return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
     return {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [

@@ -44,23 +44,27 @@ def render_jobs(root: Path, catalog: Catalog, cache: RenderCache | None) -> list
     many (a cold render of a large repository is CPU-bound Python)."""
     paths = spec_files(root)
     keys = [digest(p.as_posix().encode(), p.read_bytes()) for p in paths]
-    cached = {key: cache.get(key) for key in keys} if cache else {}
-    missing = [(p, k) for p, k in zip(paths, keys, strict=True) if cached.get(k) is None]
-    fresh = dict(zip((k for _, k in missing), _render_all([p for p, _ in missing], root,
-                                                          catalog), strict=True))
-    problems = [p for outcome in fresh.values() if isinstance(outcome, list) for p in outcome]
+    cached = {k: e for k in keys if cache and (e := cache.get(k)) is not None}
+    missing = [(p, k) for p, k in zip(paths, keys, strict=True) if k not in cached]
+    outcomes = _render_all([p for p, _ in missing], root, catalog)
+    problems = [p for outcome in outcomes if isinstance(outcome, list) for p in outcome]
     if problems:
         raise InvalidInput(problems)
-    rendered = []
-    for path, key in zip(paths, keys, strict=True):
-        made = fresh.get(key)
-        entry = made.entry if isinstance(made, Fresh) else cached[key]
-        if cache and made:
-            cache.put(key, entry)
-        job = made.job if isinstance(made, Fresh) and made.job else assemble(
-            entry.spec, entry.team, path.relative_to(root).as_posix(), entry.user_env, catalog)
-        rendered.append(RenderedJob(job, job_path(job), entry.documents, entry.text))
-    return rendered
+    fresh = {k: made for (_, k), made in zip(missing, outcomes, strict=True)
+             if isinstance(made, Fresh)}
+    if cache:
+        for key, made in fresh.items():
+            cache.put(key, made.entry)
+    return [_rendered(path, root, fresh.get(key) or Fresh(cached[key], None), catalog)
+            for path, key in zip(paths, keys, strict=True)]
+
+
+def _rendered(path: Path, root: Path, made: Fresh, catalog: Catalog) -> RenderedJob:
+    """A rendered spec with its resolved job (rebuilt from the cached spec when needed)."""
+    entry = made.entry
+    job = made.job or assemble(entry.spec, entry.team, path.relative_to(root).as_posix(),
+                               entry.user_env, catalog)
+    return RenderedJob(job, job_path(job), entry.documents, entry.text)
 
 
 def _render_all(paths: list[Path], root: Path, catalog: Catalog) -> list[Fresh | list[Problem]]:
@@ -133,7 +137,7 @@ def render_tree(root: Path, catalog: Catalog | None = None, use_cache: bool = Tr
 
 def _add_kustomizations(tree: Tree, catalog: Catalog) -> None:
     """kustomization.yaml files derived from the files present: nothing to keep in sync."""
-    folders = {"kustomize/base": ([], [])}
+    folders: dict[str, tuple[list[str], list[str]]] = {"kustomize/base": ([], [])}
     for name, cluster in catalog.clusters.items():
         components = [
             os.path.relpath(component_dir(accel), overlay_dir(name))

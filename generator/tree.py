@@ -33,6 +33,10 @@ class Tree:
         self.manifests[path] = documents
         self.files[path] = text or HEADER.format(source=source) + dump_documents(documents)
 
+    def kustomizations(self) -> list[str]:
+        """Folders of the tree that hold a kustomization (overlays, base, components)."""
+        return sorted(p.rsplit("/", 1)[0] for p in self.files if p.endswith("/kustomization.yaml"))
+
 
 @dataclass(frozen=True)
 class RenderedJob:

@@ -48,11 +48,6 @@ TREE_CHECKS: list[TreeCheck] = [
 ]
 
 
-def overlays(tree: Tree) -> list[str]:
-    """Folders of the tree that hold a kustomization (overlays, base, components)."""
-    return sorted(p.rsplit("/", 1)[0] for p in tree.files if p.endswith("/kustomization.yaml"))
-
-
 def check_kustomize(tree: Tree) -> tuple[list[Problem], int]:
     """Build every kustomization with the real kubectl, on a scratch copy of the tree."""
     with tempfile.TemporaryDirectory(prefix="gkr-validate-") as scratch:
@@ -60,7 +55,7 @@ def check_kustomize(tree: Tree) -> tuple[list[Problem], int]:
             target = Path(scratch, path)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
-        folders = [f for f in overlays(tree) if "/components/" not in f"/{f}/"]
+        folders = [f for f in tree.kustomizations() if "/components/" not in f"/{f}/"]
         with ThreadPoolExecutor(max_workers=4) as pool:
             results = list(pool.map(lambda f: build(Path(scratch, f)), folders))
     problems = [

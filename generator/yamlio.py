@@ -65,7 +65,7 @@ class _Dumper(yaml.CSafeDumper):
     """Block style everywhere; multi-line strings as literal blocks for readable diffs."""
 
 
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+def _represent_str(dumper: _Dumper, value: str) -> yaml.ScalarNode:
     style = "|" if "\n" in value else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 

@@ -91,9 +91,10 @@ class PodPlan:
 
 
 def build_pod(plan: PodPlan) -> Json:
-    """The pod template (metadata and spec) of a plan."""
-    return {"metadata": {"labels": dict(plan.labels), "annotations": _annotations(plan)},
-            "spec": _spec(plan)}
+    """The pod template (metadata and spec) of a plan: plain data, sharing nothing with it."""
+    pod = {"metadata": {"labels": plan.labels, "annotations": _annotations(plan)},
+           "spec": _spec(plan)}
+    return json.loads(json.dumps(pod))  # also turns StrEnum values into plain strings
 
 
 def _annotations(plan: PodPlan) -> dict[str, str]:
@@ -125,7 +126,7 @@ def _spec(plan: PodPlan) -> Json:
         if plan.gpu.sidecars:
             spec["initContainers"] = [s | {"restartPolicy": "Always"} for s in plan.gpu.sidecars]
     spec["containers"] = [_container(plan.container, plan.gpu)]
-    return json.loads(json.dumps(spec))  # a deep copy: pods never share catalog objects
+    return spec
 
 
 def _container(plan: ContainerPlan, gpu: GpuHost | None) -> Json:
@@ -169,6 +170,9 @@ class NodeCheck:
 def check_job_name(run: str) -> str:
     """A DNS-1123 Job name derived from the run (node names and run ids can be long)."""
     return "gkr-check-" + hashlib.sha256(run.encode()).hexdigest()[:16]
+
+
+PREFLIGHT = ["python", "-m", "runtime.preflight"]  # the suite of seed §2.4, in the runtime image
 
 
 class CheckSuite(BaseModel):
@@ -217,7 +221,7 @@ class NodeChecks(BaseModel):
 
 def check_job(check: NodeCheck) -> Json:
     """The batch/v1 Job of a node check; the same for `gkr check` and for Warden."""
-    labels = {MANAGED_BY[0]: MANAGED_BY[1], Label.JOB: check.job_name, Label.ROLE: Role.CHECK}
+    labels = {MANAGED_BY[0]: MANAGED_BY[1], Label.JOB: check.job_name, Label.ROLE: str(Role.CHECK)}
     notes = {Annotation.NODE: check.node, Warden.CHECK_RUN: check.run}
     gpus = {check.gpu_resource: check.host.gpus}
     env = [{"name": Env.PREFLIGHT, "value": json.dumps(check.host.expectations(node=check.node))},

@@ -27,6 +27,7 @@ from generator.cluster.preflight import (
 )
 from generator.cluster.status import TOP_LEVEL
 from generator.errors import BadRequest, CheckFailed
+from generator.pods import RUNTIME_IMAGE
 from generator.repo import find_root
 from generator.resolve import ResolvedJob
 from generator.spec import Kind
@@ -284,7 +285,7 @@ def check(
     namespace: NamespaceOption = None,
     accelerator: Annotated[str | None, typer.Option(
         help="The nodes' accelerator (catalog name), instead of reading their labels.")] = None,
-    image: Annotated[str, typer.Option(help="Image with the runtime.")] = "gkr-runtime",
+    image: Annotated[str, typer.Option(help="Image with the runtime.")] = RUNTIME_IMAGE,
     timeout: Annotated[int, typer.Option(help="Seconds to wait per node.")] = 900,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the Jobs only.")] = False,
     output: OutputOption = Output.table,

@@ -17,9 +17,7 @@ from generator.pods import node_checks
 from generator.resolve import ResolvedJob
 from runtime.identity import Annotation, Env, Label, selector
 from runtime.kube import JOB, POD, Kube, Obj
-from runtime.pods import CheckSuite, check_job
-
-PREFLIGHT = ["python", "-m", "runtime.preflight"]
+from runtime.pods import PREFLIGHT, CheckSuite, check_job
 
 
 def pod_expectations(job: ResolvedJob) -> dict[str, Any]:

@@ -8,11 +8,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from generator.catalog import DNS_LABEL, load_model
+from generator.catalog import DNS_LABEL, GpuStack, load_model
 
 ADDONS_FILE = "platform/catalog/addons.yaml"
 Wave = Literal["controllers", "observability", "config", "services"]
-Stack = Literal["tcpx", "tcpxo", "rdma"]
+Stack = GpuStack
 
 
 class _Model(BaseModel):

@@ -72,7 +72,8 @@ def produce_components(ctx: PlatformContext) -> None:
     """`kustomize/components/<accel>/`: the NCCL installer of accelerators with GPUDirect."""
 
     for name, accelerator in sorted(ctx.catalog.accelerators.items()):
-        installer = ctx.addons.nccl_installers.get(accelerator.gpudirect)
+        stack = accelerator.stack
+        installer = ctx.addons.nccl_installers.get(stack) if stack else None
         if installer is None:
             continue
         folder = component_dir(name)

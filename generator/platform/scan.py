@@ -15,11 +15,9 @@ from generator.tree import Tree
 
 def write_scan_input(root: Path, tree: Tree, target: Path) -> list[Path]:
     """Write one YAML file per overlay build, Warden's build and Argo CD's files to `target`."""
-    from generator.validate import overlays
-
     target.mkdir(parents=True, exist_ok=True)
     written = []
-    for folder in [f for f in overlays(tree) if f.startswith(OVERLAYS + "/")]:
+    for folder in [f for f in tree.kustomizations() if f.startswith(OVERLAYS + "/")]:
         written.append(_build(root / folder, target / f"{Path(folder).name}.yaml"))
     if (root / WARDEN_PATH / "kustomization.yaml").is_file():
         written.append(_build(root / WARDEN_PATH, target / "warden.yaml"))

@@ -75,7 +75,8 @@ def gpu_networks(ctx: PlatformContext, cluster: Cluster) -> dict[str, dict[str, 
     networks: dict[str, dict[str, Any]] = {}
     problems = []
     for name, pool in sorted(cluster.accelerators.items()):
-        stack = ctx.addons.gpu_network_stacks.get(ctx.catalog.accelerators[name].gpudirect)
+        gpudirect = ctx.catalog.accelerators[name].stack
+        stack = ctx.addons.gpu_network_stacks.get(gpudirect) if gpudirect else None
         for network in pool.gpu_networks:
             wanted = {"layout": stack.layout, "mtu": stack.mtu} if stack else None
             if wanted is None or networks.setdefault(network, wanted) != wanted:
@@ -90,10 +91,11 @@ def gpu_networks(ctx: PlatformContext, cluster: Cluster) -> dict[str, dict[str, 
 
 def _roce_zone(ctx: PlatformContext, cluster: Cluster) -> str | None:
     """The zone of the RDMA pools (a RoCE VPC belongs to one zone's network profile)."""
+    stacks = {name: ctx.catalog.accelerators[name].stack for name in cluster.accelerators}
     zones = sorted({
         pool.zone for name, pool in cluster.accelerators.items()
-        if (stack := ctx.addons.gpu_network_stacks.get(ctx.catalog.accelerators[name].gpudirect))
-        and stack.layout == "roce_vpc"
+        if (stack := stacks[name]) and (network := ctx.addons.gpu_network_stacks.get(stack))
+        and network.layout == "roce_vpc"
     })
     if len(zones) > 1:
         raise InvalidInput([Problem(f"clusters/{cluster.name}.yaml", None, "accelerators",

@@ -11,9 +11,11 @@ from generator.errors import InvalidInput, Problem
 from generator.manifests import render_template
 from generator.platform.addons import ADDONS_FILE, Addons
 from generator.platform.context import PlatformContext
+from generator.pods import RUNTIME_IMAGE, node_checks
 from generator.yamlio import FieldPath, dump_documents, line_of
 from runtime.errors import ConfigError
 from runtime.identity import Taint
+from runtime.pods import PREFLIGHT
 from runtime.warden.config import WardenConfig, parse_config
 
 WARDEN_PATH = "platform/warden"  # hand-written kustomization; lists the generated file
@@ -45,8 +47,9 @@ def filled_in(ctx: PlatformContext) -> dict[str, dict[str, Any]]:
         "detection": {"node_selector": platform.labels["accelerator"]},
         "recovery": {"preemptible_priority_classes": [
             platform.priorities["preemptible"].priority_class]},
-        "checks": {"namespace": platform.node_checks.namespace,
-                   "gpu_resource": platform.gpu_resource},
+        # The same check settings `gkr check` uses: both build the same Job for a node.
+        "checks": node_checks(ctx.catalog).model_dump(mode="json") | {"preflight": {
+            "image": ctx.catalog.images[RUNTIME_IMAGE], "command": PREFLIGHT}},
         "reservations": {"taint_key": Taint.RESERVED_FOR},
     }
 

@@ -1,4 +1,8 @@
-"""The Ray actors that host a worker loop or a proxy loop (thin wrappers over the cores)."""
+"""The Ray actors that host a worker loop or a proxy loop (thin wrappers over the cores).
+
+Methods called through an actor handle carry a bare `@ray.method`: it returns the method
+unchanged, and it is what types `handle.method.remote(...)` for mypy.
+"""
 
 from __future__ import annotations
 
@@ -44,18 +48,22 @@ class AuxWorkerActor:
         )
         self.thread = self.core.start_thread()
 
+    @ray.method
     def info(self) -> dict[str, Any]:
         """Where this worker runs and which incarnation it is."""
         return {"node_id": self.node_id, "pid": os.getpid(), "incarnation": self.core.incarnation}
 
+    @ray.method
     def checkpointable(self) -> bool:
         """Whether the service has state to checkpoint."""
         return isinstance(self.core.service, CheckpointableService)
 
+    @ray.method
     def save_checkpoint(self, uri: str) -> None:
         """Have the service save its state under `uri`."""
         self._checkpointable().save_checkpoint(uri)
 
+    @ray.method
     def load_checkpoint(self, uri: str) -> None:
         """Have the service restore the state saved under `uri`."""
         self._checkpointable().load_checkpoint(uri)
@@ -66,6 +74,7 @@ class AuxWorkerActor:
             raise TypeError(f"service {self.core.service_name!r} has no checkpoint methods")
         return service
 
+    @ray.method
     def stop(self) -> None:
         """Stop serving and close the socket."""
         self.core.stop.set()
@@ -91,14 +100,17 @@ class AuxProxyActor:
         )
         self.thread = self.core.start_thread()
 
+    @ray.method
     def address(self) -> str:
         """The TCP address training ranks connect to."""
         return self.core.address
 
+    @ray.method
     def ready_workers(self) -> int:
         """How many workers have announced themselves."""
         return len(self.core.ready)
 
+    @ray.method
     def stop(self) -> None:
         """Stop forwarding; closing the bound IPC socket removes its file."""
         self.core.stop.set()

@@ -93,7 +93,7 @@ class AuxClient:
         self.report, self.report_interval_s = report, report_interval_s
         self._transfers: list[float] = []
         self._next_report = time.monotonic() + report_interval_s
-        context = zmq.Context.instance()
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._sockets = [tune(context.socket(zmq.DEALER)) for _ in handle.endpoints]
         self._poller = zmq.Poller()
         for sock, endpoint in zip(self._sockets, handle.endpoints, strict=True):

@@ -71,7 +71,7 @@ class AuxCoordinator:
     def _start_workers(
         self, name: str, service: ServiceConfig, group: Any, bundles: tuple[Bundle, ...]
     ) -> list[Any]:
-        workers = []
+        workers: list[Any] = []
         for bundle_index, bundle in enumerate(bundles):
             for _ in range(bundle.workers):
                 strategy = PlacementGroupSchedulingStrategy(group, bundle_index)

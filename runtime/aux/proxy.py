@@ -70,7 +70,7 @@ class ProxyCore:
     ) -> None:
         self.service, self.proxy_id, self.on_worker_loss = service, proxy_id, on_worker_loss
         self.report, self.report_interval_s = report, report_interval_s
-        context = zmq.Context.instance()
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self.frontend = tune(context.socket(zmq.ROUTER))
         port = self.frontend.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"

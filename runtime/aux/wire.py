@@ -20,7 +20,7 @@ import math
 import struct
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -94,7 +94,7 @@ def recv_message(sock: zmq.Socket, heads: int) -> list[Any]:
     after them as zmq.Frames, whose memory numpy maps without a copy. (A Frame knows whether
     more follow; asking the socket for RCVMORE costs more.)"""
     frame = sock.recv(_NOBLOCK, copy=False)  # callers know a message waits: never hang here
-    parts = [frame.bytes]
+    parts: list[bytes | zmq.Frame] = [frame.bytes]
     while frame.more:
         frame = sock.recv(0, copy=False)
         parts.append(frame.bytes if len(parts) < heads else frame)
@@ -111,7 +111,9 @@ def send_message(sock: zmq.Socket, frames: Sequence[Any]) -> None:
 def drain(sock: zmq.Socket, heads: int, ready: bool = False) -> Iterator[list[Any]]:
     """Every message waiting on `sock`, without blocking; `ready` when a poll just said a
     message is there. Asks the socket's event state rather than provoking zmq.Again."""
-    while ready or sock.getsockopt(_EVENTS) & _POLLIN:
+    # ZMQ_EVENTS is an int option, but pyzmq types every option looked up by number as
+    # int | bytes.
+    while ready or cast(int, sock.getsockopt(_EVENTS)) & _POLLIN:
         ready = False
         yield recv_message(sock, heads)
 

@@ -17,6 +17,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
 from runtime.checkpoint.config import CheckpointConfig
 from runtime.checkpoint.storage import CheckpointError, CheckpointStore
@@ -112,7 +113,7 @@ class Checkpointer:
         future = dcp.async_save(
             state, storage_writer=writer, process_group=self.group, async_stager=self._stager
         )
-        upload = getattr(future, "upload_completion", future)
+        upload = future.upload_completion if isinstance(future, AsyncSaveResponse) else future
         # A future of our own completes only after the marker is written, so wait()
         # never returns between the write and the commit.
         committed: Future[None] = Future()

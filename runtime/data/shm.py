@@ -50,7 +50,9 @@ class SlotRing:
 
     def view(self, slot: int) -> memoryview:
         start = slot * self.slot_bytes
-        return self._shm.buf[start : start + self.slot_bytes]
+        buf = self._shm.buf
+        assert buf is not None, "slot ring used after close()"
+        return buf[start : start + self.slot_bytes]
 
     def close(self) -> None:
         self._shm.close()
@@ -74,8 +76,10 @@ class _Packer:
         return obj
 
     def leaf(self, leaf: torch.Tensor | np.ndarray) -> TensorRef:
-        is_np = isinstance(leaf, np.ndarray)
-        t = torch.from_numpy(np.ascontiguousarray(leaf)) if is_np else leaf
+        if isinstance(leaf, np.ndarray):
+            t, is_np = torch.from_numpy(np.ascontiguousarray(leaf)), True
+        else:
+            t, is_np = leaf, False
         nbytes = t.numel() * t.element_size()
         if self.offset + nbytes > len(self.buf):
             raise SlotOverflow(

@@ -6,7 +6,7 @@ import importlib
 import random
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 import torch
@@ -14,12 +14,15 @@ import torch
 from runtime.data.config import DataConfig
 from runtime.errors import ConfigError
 
+# Per-sample dataset numbers, indices and seeds: slices of the schedule's integer arrays.
+IntSequence: TypeAlias = Sequence[int] | np.ndarray
+
 
 class SampleSource(Protocol):
     """The producer stage's work, local or on an auxiliary service."""
 
     def fetch(
-        self, datasets: Sequence[int], indices: Sequence[int], seeds: Sequence[int]
+        self, datasets: IntSequence, indices: IntSequence, seeds: IntSequence
     ) -> list[Any]:
         """Fetched and transformed samples, in the order asked."""
         ...
@@ -65,7 +68,7 @@ class LocalSource:
         self.reads = ThreadPoolExecutor(config.io_threads) if config.io_threads > 1 else None
 
     def fetch(
-        self, datasets: Sequence[int], indices: Sequence[int], seeds: Sequence[int]
+        self, datasets: IntSequence, indices: IntSequence, seeds: IntSequence
     ) -> list[Any]:
         pairs = [(int(d), int(i)) for d, i in zip(datasets, indices, strict=True)]
         if self.reads is None:

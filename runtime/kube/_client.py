@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from runtime.kube._dynamic import Transport
 
 Obj = dict[str, Any]
+Objs = list[Obj]  # spelled once here: inside `Kube`, `list` names its method
 FIELD_MANAGER = "gkr"
 APPLY = "application/apply-patch+yaml"
 
@@ -80,7 +81,7 @@ class Kube:
             return None
 
     def list(self, kind: Kind, *, namespace: str | None = None, labels: str | None = None,
-             fields: str | None = None) -> list[Obj]:
+             fields: str | None = None) -> Objs:
         """Objects of a kind in one namespace, or all (None), matching the selectors."""
         query = _selectors(labels, fields)
         found = self._http.send(f"list {_scope(kind, namespace, query)}", "GET",
@@ -129,7 +130,7 @@ class Kube:
                         self._http.path(POD, pod, namespace, "eviction"), body)
 
     def events(self, *, namespace: str | None = None, kind: str | None = None,
-               name: str | None = None) -> list[Obj]:
+               name: str | None = None) -> Objs:
         """Events in a namespace (or all), of one involved object when `kind`/`name` given."""
         about = {"involvedObject.kind": kind, "involvedObject.name": name}
         fields = ",".join(f"{key}={value}" for key, value in about.items() if value)

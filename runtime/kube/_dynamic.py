@@ -20,11 +20,10 @@ from kubernetes.config.config_exception import ConfigException
 from kubernetes.dynamic import DynamicClient, LazyDiscoverer, Resource
 from kubernetes.dynamic.exceptions import ResourceNotFoundError, ResourceNotUniqueError
 from kubernetes.watch import Watch
-from kubernetes.watch.watch import iter_resp_lines
 from urllib3.exceptions import HTTPError
 
 from runtime.errors import ConfigError
-from runtime.kube._errors import NotFound, Unreachable, api_error
+from runtime.kube._errors import KubeError, NotFound, Unreachable, api_error
 from runtime.kube._kinds import Kind
 
 Query = dict[str, Any]
@@ -65,7 +64,8 @@ class _DeferredDiscovery:
     lookup of a kind outside the static table, never when the client is built."""
 
     def __init__(self, client: DynamicClient, cache_file: str | None) -> None:
-        self._args, self._found = (client, cache_file), None
+        self._args = (client, cache_file)
+        self._found: LazyDiscoverer | None = None
 
     def get(self, **search: Any) -> Resource:
         if self._found is None:
@@ -103,7 +103,7 @@ class Transport:
         with self._translated(what):
             response = self._open(path, query, (self.timeout_s, read))
             try:
-                yield from iter_resp_lines(response)
+                yield from _lines(response)
             finally:
                 response.release_conn()
 
@@ -113,9 +113,10 @@ class Transport:
         read = (self.timeout_s, timeout_s + self.timeout_s)
 
         # Unannotated on purpose: Watch decodes into the model its return annotation names;
-        # none keeps the objects plain dicts.
-        def open_watch(**params):  # type: ignore[no-untyped-def]
-            return self._open(path, query, read, **params)  # the dynamic client names them
+        # none keeps the objects plain dicts. Watch passes watch=True and timeout_seconds
+        # (resource_version too), which the dynamic client puts in the query.
+        def open_watch(**params):
+            return self._open(path, query, read, **params)
 
         start = {"resource_version": since} if since else {}
         with self._translated(what):
@@ -142,13 +143,28 @@ class Transport:
             raise api_error(what, error.status or 0, error.reason or "", error.body) from error
         except HTTPError as error:  # urllib3: refused, reset, timed out
             raise Unreachable(f"{what}: no answer from {self.host}: {_cause(error)}") from error
-        except (ResourceNotFoundError, ResourceNotUniqueError) as error:
-            raise NotFound(f"{what}: {error}", 404) from error
+        except ResourceNotFoundError as error:
+            raise NotFound(f"{what}: this cluster does not serve it (is its CRD installed?)",
+                           404) from error
+        except ResourceNotUniqueError as error:
+            raise KubeError(f"{what}: discovery found more than one: {error}") from error
 
 
 def _plain(_client: DynamicClient, body: Any) -> Any:
     """The dynamic client's serializer: keep the JSON as it came (no ResourceInstance)."""
     return body
+
+
+def _lines(response: Any) -> Iterator[str]:
+    """Newline-separated lines of a streamed answer as they arrive, the unterminated last one
+    too (the `kubernetes` package's own splitter drops it: a log's final partial line)."""
+    pending = b""
+    for chunk in response.stream(amt=None, decode_content=True):
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        yield from (line.decode(errors="replace") for line in complete)
+    if pending:
+        yield pending.decode(errors="replace")
 
 
 def _cause(error: HTTPError) -> str:

@@ -22,8 +22,9 @@ from runtime.train.config import TrainConfig, build_config
 SEARCH_PATH = "hydra.searchpath=[pkg://runtime.configs]"
 
 
-def compose_raw(path: Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The composed configuration as a plain dict (no validation yet)."""
+def compose_raw(path: Path, overrides: Sequence[str] = ()) -> dict[Any, Any]:
+    """The composed configuration as a plain dict (no validation yet). Its keys are those the
+    YAML wrote, not necessarily strings (OmegaConf allows `1:`); validation rejects others."""
     path = Path(path).resolve()
     if not path.is_file():
         raise ConfigError("config", f"no such file: {path}", str(path))

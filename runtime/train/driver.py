@@ -76,7 +76,10 @@ def _start_ray(config: TrainConfig) -> None:
     # log_to_driver=False leaves Ray Train's and the workers' own output in Ray's session logs
     # (/tmp/ray/session_latest/logs); a rank's error still reaches the driver as the exception
     # `fit` raises, and Ray's system errors (a worker died) are printed either way.
-    ray.init(include_dashboard=False, logging_level="WARNING", log_to_driver=forward, **kwargs)
+    ray.init(
+        include_dashboard=False, logging_level=logging.WARNING, log_to_driver=forward,
+        **kwargs,
+    )
 
 
 def cluster_nodes() -> tuple[NodeCapacity, ...]:

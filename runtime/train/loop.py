@@ -100,7 +100,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
 
 def _start_services(context: LoopContext, rank: int) -> tuple[AuxCoordinator | None, Services]:
     """Rank 0 places and starts the auxiliary services; every rank receives their handles."""
-    coordinator, shared = None, [None]
+    coordinator: AuxCoordinator | None = None
+    shared: list[Services | None] = [None]
     if rank == 0:
         coordinator = AuxCoordinator(context.run_id, context.config.aux, context.plan)
         try:

@@ -99,7 +99,7 @@ class WardenActivities:
     def cordon(self, node: str, reason: str, incident: str) -> CordonOutcome:
         """Cordon and remember; a retry within the same incident and step records nothing new."""
         current = self.cluster.get_node(node)
-        notes = memory.annotations(current)
+        notes = memory.notes(current)
         window = self.config.memory.window_s
         if notes.get(memory.INCIDENT) == incident and current["spec"].get("unschedulable"):
             return self._outcome(len(memory.recent_cordons(notes, time.time(), window)))
@@ -111,7 +111,7 @@ class WardenActivities:
     @activity.defn(name="warden.cordon_memory")
     def cordon_memory(self, node: str) -> CordonOutcome:
         """The recent-cordon count of a node already cordoned (recovery sweep)."""
-        notes = memory.annotations(self.cluster.get_node(node))
+        notes = memory.notes(self.cluster.get_node(node))
         times = memory.recent_cordons(notes, time.time(), self.config.memory.window_s)
         return self._outcome(len(times))
 
@@ -158,7 +158,7 @@ class WardenActivities:
     def power(self, request: PowerRequest) -> str:
         """Reboot or repair once per key; returns the boot id the node had before."""
         node = self.cluster.get_node(request.node)
-        recorded = memory.annotations(node).get(memory.POWER, "")
+        recorded = memory.notes(node).get(memory.POWER, "")
         key, _, boot_id = recorded.partition("|")
         if key != request.key:
             boot_id = node.get("status", {}).get("nodeInfo", {}).get("bootID", "")

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from runtime.config_errors import config_error
 from runtime.errors import ConfigError
 from runtime.identity import Taint
-from runtime.pods import CheckSuite, NodeChecks
+from runtime.pods import PREFLIGHT, CheckSuite, NodeChecks
 
 Severity = Literal["definite", "ambiguous"]
 
@@ -175,7 +175,7 @@ class ChecksConfig(NodeChecks):
 
     namespace: str = Field("warden", description="Namespace of the check Jobs.")
     preflight: CheckSuite = Field(
-        CheckSuite(image=_RUNTIME_IMAGE, command=["python", "-m", "runtime.preflight"]),
+        CheckSuite(image=_RUNTIME_IMAGE, command=PREFLIGHT),
         description="`gkr check`: the preflight suite.",
     )
     stress: StressSuite = Field(default_factory=StressSuite, description="Stress test.")

@@ -25,7 +25,7 @@ OWNER = "warden"
 MAX_REASON = 250
 
 
-def annotations(node: dict[str, Any]) -> dict[str, str]:
+def notes(node: dict[str, Any]) -> dict[str, str]:
     """The node's annotations (empty when it has none)."""
     return dict(node.get("metadata", {}).get("annotations") or {})
 
@@ -75,9 +75,9 @@ def state_patch(state: str) -> dict[str, Any]:
 def cordoned_by_warden(node: dict[str, Any]) -> bool:
     """A node Warden cordoned and still owns (a human's cordon is left alone)."""
     unschedulable = bool(node.get("spec", {}).get("unschedulable"))
-    return unschedulable and annotations(node).get(OWNED) == OWNER
+    return unschedulable and notes(node).get(OWNED) == OWNER
 
 
 def awaits_recovery(node: dict[str, Any]) -> bool:
     """Cordoned by Warden and not handed to a human after exhausting its attempts."""
-    return cordoned_by_warden(node) and annotations(node).get(STATE) != "needs-human"
+    return cordoned_by_warden(node) and notes(node).get(STATE) != "needs-human"

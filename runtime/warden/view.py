@@ -72,7 +72,7 @@ def node_memory(cluster: Cluster, node: str) -> dict[str, Any]:
         current = cluster.get_node(node)
     except NotFound:  # a node Warden once handled may have been replaced since
         return {"node": node, **dict.fromkeys(MEMORY_KEYS), "state": "deleted"}
-    notes = memory.annotations(current)
+    notes = memory.notes(current)
     found = {key: notes.get(annotation) for key, annotation in MEMORY_KEYS.items()}
     return {"node": node, "cordoned": bool(current.get("spec", {}).get("unschedulable")),
             **found, **_reserved(current)}
@@ -80,7 +80,7 @@ def node_memory(cluster: Cluster, node: str) -> dict[str, Any]:
 
 def _reserved(node: dict[str, Any]) -> dict[str, Any]:
     held = reservations.reservation(node)
-    notes = memory.annotations(node)
+    notes = memory.notes(node)
     return {"reserved_for": held.namespace if held else None,
             "reserved_until": notes.get(reservations.UNTIL) if held else None,
             "reserved_by": held.by if held else None}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -130,7 +130,7 @@ class NodeWorkflow:
         return await self._long("warden.await_no_workloads", bool, timeout, self._node, timeout)
 
     async def _power_cycle(self, escalate: bool, attempt: int) -> bool:
-        action = "repair" if escalate else "reboot"
+        action: Literal["reboot", "repair"] = "repair" if escalate else "reboot"
         self._phase("repairing" if escalate else "rebooting")
         info = workflow.info()
         # Deterministic, so a replay or a retried activity sends the same cloud request id.

@@ -36,7 +36,8 @@ def _is_drainable(config: RecoveryConfig, pod: dict[str, Any]) -> bool:
 
 def classify_pods(config: RecoveryConfig, pods: list[dict[str, Any]]) -> Workloads:
     """Split the user pods of a node into blocking and drainable `namespace/name` refs."""
-    blocking, drainable = [], []
+    blocking: list[str] = []
+    drainable: list[str] = []
     for pod in pods:
         if not _is_user_pod(config, pod):
             continue

@@ -256,9 +256,6 @@ def test_shell_starts_a_development_pod_when_none_exists(repo, apiserver, monkey
 
 def test_preflight_expects_the_gpus_the_pod_was_given(repo):
     """A 1-GPU development pod sees one GPU; the node check Job takes the whole node."""
-    from generator.cluster.preflight import expectations
-
-    accelerator = Catalog(repo).accelerators["H200"]
-    assert expectations(accelerator, gpus=1)["gpus"] == 1
-    assert expectations(accelerator, node="n1")["gpus"] == 8
-    assert expectations(None)["gpus"] == 0
+    host = Catalog(repo).accelerators["H200"].host
+    assert host.expectations(gpus=1)["gpus"] == 1
+    assert host.expectations(node="n1") | {"node": "n1", "gpus": 8} == host.expectations(node="n1")

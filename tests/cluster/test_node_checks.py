@@ -14,17 +14,16 @@ import pytest
 import yaml
 
 from generator.catalog import Catalog
-from generator.cluster.preflight import PREFLIGHT, node_check_job
-from generator.pods import node_checks
+from generator.cluster.preflight import node_check_job
+from generator.platform.warden import CONFIGMAP
+from generator.pods import RUNTIME_IMAGE
 from runtime.errors import ConfigError
 from runtime.identity import Env
-from runtime.pods import CheckSuite
-from runtime.warden.config import ChecksConfig
+from runtime.warden.config import ChecksConfig, parse_config
 from runtime.warden.jobcheck import JobNodeCheck
 
 ROOT = Path(__file__).resolve().parents[2]
 GKR = str(Path(sys.executable).with_name("gkr"))
-IMAGE = "gkr-runtime"
 
 
 class OneNode:
@@ -50,18 +49,19 @@ def h200_node(catalog: Catalog, name: str = "gke-node-1") -> dict[str, Any]:
         labels["hostname"]: name}}}
 
 
-def warden_checks(catalog: Catalog) -> ChecksConfig:
-    """Warden's check settings as its rendered ConfigMap carries them."""
-    suite = CheckSuite(image=catalog.images[IMAGE], command=PREFLIGHT, timeout_s=900)
-    return ChecksConfig.model_validate(node_checks(catalog).model_dump() | {"preflight": suite})
+def warden_checks() -> ChecksConfig:
+    """Warden's check settings, read from the ConfigMap `gkr render` committed."""
+    (configmap,) = yaml.safe_load_all((ROOT / CONFIGMAP).read_text())
+    return parse_config(yaml.safe_load(configmap["data"]["config.yaml"])).checks
 
 
 def test_gkr_check_and_warden_make_the_same_job_for_a_node() -> None:
     catalog = Catalog(ROOT)
     node = h200_node(catalog)
-    ours = node_check_job(catalog, node, None, IMAGE, 900, run="incident-7/preflight/1")
+    config = warden_checks()
+    timeout = int(config.preflight.timeout_s)
+    ours = node_check_job(catalog, node, None, RUNTIME_IMAGE, timeout, run="incident-7/preflight/1")
     cluster = OneNode(node)
-    config = warden_checks(catalog)
     JobNodeCheck(cluster, config).start("gke-node-1", config.preflight,  # type: ignore[arg-type]
                                         "incident-7/preflight/1")
     assert cluster.created == [ours]
@@ -81,7 +81,7 @@ def test_a_node_of_an_unknown_accelerator_is_refused_not_checked_without_gpus() 
     catalog = Catalog(ROOT)
     node = h200_node(catalog)
     node["metadata"]["labels"][catalog.platform.labels["accelerator"]] = "nvidia-tesla-k80"
-    config = warden_checks(catalog)
+    config = warden_checks()
     with pytest.raises(ConfigError, match=r"nvidia-tesla-k80.*cannot be checked"):
         JobNodeCheck(OneNode(node), config).start(  # type: ignore[arg-type]
             "gke-node-1", config.preflight, "run")

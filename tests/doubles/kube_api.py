@@ -155,21 +155,40 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
 
+_SET_TERM = re.compile(r"^\s*(?P<key>\S+)\s+(?P<op>in|notin)\s*\((?P<values>[^)]*)\)\s*$")
+
+
 def label_selected(obj: Json, selector: str | None) -> bool:
-    """Equality-based label selectors (`a=b`, `a==b`, `a!=b`) and existence (`a`, `!a`)."""
+    """Label selectors as the server parses them (k8s.io/apimachinery/pkg/labels): equality
+    (`a=b`, `a==b`, `a!=b`), sets (`a in (b,c)`, `a notin (b)`) and existence (`a`, `!a`)."""
     labels = obj.get("metadata", {}).get("labels") or {}
-    for term in filter(None, (selector or "").split(",")):
-        if "!=" in term:
-            key, value = term.split("!=", 1)
-            if labels.get(key) == value:
-                return False
-        elif "=" in term:
-            key, value = term.replace("==", "=").split("=", 1)
-            if labels.get(key) != value:
-                return False
-        elif (term[1:] in labels) if term.startswith("!") else (term not in labels):
-            return False
-    return True
+    return all(_label_term(labels, term) for term in _terms(selector or ""))
+
+
+def _terms(selector: str) -> list[str]:
+    """Split on the commas that are not inside a set's parentheses."""
+    terms, depth, start = [], 0, 0
+    for at, char in enumerate(selector + ","):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            terms.append(selector[start:at].strip())
+            start = at + 1
+    return [t for t in terms if t]
+
+
+def _label_term(labels: dict[str, str], term: str) -> bool:
+    matched = _SET_TERM.match(term)
+    if matched:
+        values = {v.strip() for v in matched["values"].split(",")}
+        present = labels.get(matched["key"]) in values
+        return present if matched["op"] == "in" else not present
+    if "!=" in term:
+        key, value = term.split("!=", 1)
+        return labels.get(key.strip()) != value.strip()
+    if "=" in term:
+        key, value = term.replace("==", "=").split("=", 1)
+        return labels.get(key.strip()) == value.strip()
+    return (term[1:].strip() not in labels) if term.startswith("!") else term in labels
 
 
 FieldTerm = tuple[str, str, bool]  # object path, value, negated

@@ -82,7 +82,8 @@ class KubeApiServer:
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(self))
         self.http.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        # A short poll interval: `close()` waits one for the serving thread to stop.
+        threading.Thread(target=self.http.serve_forever, args=(0.05,), daemon=True).start()
 
     def __enter__(self) -> KubeApiServer:
         return self

@@ -32,6 +32,7 @@ from tests.doubles.kube_api import (
 from tests.doubles.kube_discovery import document
 from tests.doubles.kube_openapi import document as openapi_document
 from tests.doubles.kube_patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from tests.doubles.kube_table import asks_table, table
 
 if TYPE_CHECKING:
     from tests.doubles.kube_apiserver import KubeApiServer
@@ -142,6 +143,9 @@ def _patched(patcher: Callable[[Any, Any], Any], patch: Any) -> Callable[[Json],
 class _Handler(BaseHTTPRequestHandler):
     api: KubeApiServer
     protocol_version = "HTTP/1.1"
+    # Headers and body go out as two writes; with Nagle's algorithm the second waits for the
+    # client's delayed ACK (~40 ms a request on keep-alive connections).
+    disable_nagle_algorithm = True
 
     def log_message(self, *_: object) -> None:
         """Quiet: tests read `requests`, not the access log."""
@@ -205,12 +209,17 @@ class _Handler(BaseHTTPRequestHandler):
     def _get(self, target: Route, raw: bytes, content_type: str) -> None:
         if target.sub == "log":
             return self._log(target)
+        tabled = asks_table(self.headers.get("Accept", ""))
         if target.key[3]:
-            return self._send(200, self.api.read(target.key))
+            obj = self.api.read(target.key)
+            version = obj["metadata"]["resourceVersion"]
+            return self._send(200, table([obj], version) if tabled else obj)
         if target.query.get("watch") in ("true", "1"):
-            return self._watch(target)
+            return self._watch(target, tabled)
         items, version = self.api.select(target.key, target.query.get("labelSelector"),
                                          target.query.get("fieldSelector"))
+        if tabled:
+            return self._send(200, table(items, str(version)))
         group = target.key[0]
         self._send(200, {"kind": f"{SERVED[target.key[:2]].kind}List",
                          "apiVersion": f"{group}/{target.version}" if group else target.version,
@@ -313,17 +322,20 @@ class _Handler(BaseHTTPRequestHandler):
         return named or self.headers.get("User-Agent", "unknown").split("/")[0]
 
     # ---- streams ---------------------------------------------------------------------------
-    def _watch(self, target: Route) -> None:
+    def _watch(self, target: Route, tabled: bool) -> None:
         seen = int(target.query.get("resourceVersion") or 0)
         deadline = time.monotonic() + float(target.query.get("timeoutSeconds", "30"))
         labels = target.query.get("labelSelector")
         terms = field_terms(SERVED[target.key[:2]], target.query.get("fieldSelector"))
         self._start_stream("application/json")
+        first = True
         while (left := deadline - time.monotonic()) > 0 and not self.api.closed:
             for change in self.api.wait_changes(seen, target.key[:2], min(left, 0.2)):
                 seen, obj = change.version, change.object
                 if (target.key[2] in ("", obj["metadata"].get("namespace", ""))
                         and label_selected(obj, labels) and fields_match(obj, terms)):
+                    if tabled:  # column definitions in the first event only
+                        obj, first = table([obj], str(seen), columns=first), False
                     self._chunk(json.dumps({"type": change.type, "object": obj}).encode() + b"\n")
         self._chunk(b"")
 

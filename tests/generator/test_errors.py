@@ -1,4 +1,5 @@
-"""Every error has a category, and the category is the exit code the README documents."""
+"""Every error, the generator's and the runtime's, has a category, and the category is the
+exit code the README documents."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from generator.errors import (
     StaleTree,
     ToolFailed,
 )
-from runtime.errors import Category
+from runtime.errors import Category, ConfigError, RuntimeFailure
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,6 +31,8 @@ REPRESENTATIVES = [
     (StaleTree("the rendered tree is stale"), 3),
     (ToolFailed("kubectl apply failed"), 4),
     (CheckFailed("preflight found a fault"), 5),
+    (ConfigError("detection.interval_s", "must be > 0", "warden.yaml"), 1),
+    (RuntimeFailure("Temporal at temporal-frontend.temporal:7233 is unreachable"), 4),
 ]
 
 
@@ -75,5 +78,5 @@ def test_each_category_exits_with_its_documented_code(monkeypatch, capsys, error
     monkeypatch.setattr(sys, "argv", ["gkr"])
     with pytest.raises(SystemExit) as exited:
         _app.main()
-    assert (exited.value.code, error.exit_code) == (code, int(error.category))
+    assert exited.value.code == code == int(error.category)
     assert str(error).splitlines()[0] in capsys.readouterr().err

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from generator.catalog import Catalog
+from generator.cli import main
 from runtime.errors import Category, ConfigError
 from runtime.kube import (
     NODE,
@@ -83,8 +85,8 @@ def test_apply_conflict_carries_the_server_message(kube):
     with pytest.raises(Conflict) as raised:
         kube.apply(rayjob("edited by hand"), force=False, field_manager="kubectl")
     message = str(raised.value)
-    assert message.startswith(f"apply RayJob {NS}/train-a: Apply failed with 1 conflicts")
-    assert message.endswith("(HTTP 409)") and "owned by 'gkr'" in message
+    assert message.startswith(f"apply RayJob {NS}/train-a: Apply failed with 1 conflict")
+    assert message.endswith("(HTTP 409)") and ".spec.entrypoint" in message
     assert "header" not in message.lower()
     assert (raised.value.status, raised.value.reason) == (409, "Conflict")
     assert raised.value.category == Category.SERVICE
@@ -161,6 +163,8 @@ def test_logs_tail_container_and_follow(server, kube):
     server.set_log(NS, "p", "sidecar", "side\n")
     assert list(kube.logs("p", namespace=NS, container="main", tail=2)) == ["two", "three"]
     assert list(kube.logs("p", namespace=NS, container="sidecar")) == ["side"]
+    server.set_log(NS, "p", "sidecar", "done\n{\"passed\": true}")  # no final newline
+    assert list(kube.logs("p", namespace=NS, container="sidecar")) == ["done", '{"passed": true}']
 
     server.set_log(NS, "p", "main", "first\n", follow=True)
     lines = kube.logs("p", namespace=NS, container="main", follow=True)
@@ -260,6 +264,28 @@ def test_an_unknown_context_is_a_config_error(server, tmp_path):
 def test_kubeconfig_comes_from_the_environment_at_connect(server, tmp_path, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kc", "later")))
     assert Kube.connect("later").host == server.url
+
+
+@pytest.mark.parametrize(("serving", "args", "code", "says"), [
+    (True, ["status", "nope"], 1, "no rayjob, raycluster or job named 'nope'"),
+    (False, ["list"], 4, f"list rayjobs in {NS} matching "),
+])
+def test_the_cli_exits_with_the_category_of_the_error(tmp_path, monkeypatch, capsys, serving,
+                                                      args, code, says):
+    """`gkr`'s main() turns a runtime error into a message and its category's exit code."""
+    root = Path(__file__).parents[2]
+    context = Catalog(root).clusters["usc1-prod"].kube_context
+    with KubeApiServer() as double:
+        monkeypatch.setenv("KUBECONFIG", str(double.write_kubeconfig(tmp_path / "kc", context)))
+        monkeypatch.chdir(root)
+        monkeypatch.setattr(sys, "argv", ["gkr", *args, "--cluster", "usc1-prod", "-n", NS])
+        if not serving:
+            double.close()
+        with pytest.raises(SystemExit) as exited:
+            main()
+    assert exited.value.code == code
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {says}") and "Traceback" not in err
 
 
 def test_importing_the_layer_or_the_cli_does_not_import_kubernetes():
