@@ -14,11 +14,12 @@ class KindTraits:
 
     kind: JobKind
     template: str  # the Jinja template of its manifests
-    api_version: str  # of the top-level object gkr applies
+    api_version: str  # of the object gkr applies, finds and deletes
     object_kind: str
     name_limit: int  # KubeRay derives pod and service names from it (ray-operator constant.go)
     roles: tuple[Role, ...]  # the pods it makes; the GPU pods are `gpu_role`
     needs_cmd: bool
+    persistent: bool  # lives until its owner deletes it (seed §4.3)
     fetches_working_dir: bool  # Ray downloads a gs://… working_dir on every node
     # Optional spec fields that mean nothing for this kind, with what to do instead.
     refuses: tuple[tuple[str, str], ...] = ()
@@ -38,12 +39,13 @@ _RESERVES = "only a rayjob releases nodes it could reserve"
 
 KINDS: dict[str, KindTraits] = {
     JobKind.RAYJOB: KindTraits(
-        JobKind.RAYJOB, "rayjob.yaml.j2", "ray.io/v1", "RayJob", 47,
-        (Role.HEAD, Role.WORKER), needs_cmd=True, fetches_working_dir=True,
+        JobKind.RAYJOB, "rayjob.yaml.j2", "ray.io/v1", "RayJob", 47, (Role.HEAD, Role.WORKER),
+        needs_cmd=True, persistent=False, fetches_working_dir=True,
     ),
     JobKind.RAYCLUSTER: KindTraits(
         JobKind.RAYCLUSTER, "raycluster.yaml.j2", "ray.io/v1", "RayCluster", 53,
-        (Role.HEAD, Role.WORKER, Role.SENTINEL), needs_cmd=False, fetches_working_dir=True,
+        (Role.HEAD, Role.WORKER, Role.SENTINEL),
+        needs_cmd=False, persistent=True, fetches_working_dir=True,
         refuses=(
             ("cmd", "a raycluster runs no command; submit work to it with `ray job submit`"),
             ("retries", "a raycluster is not retried; KubeRay replaces failed pods"),
@@ -52,11 +54,16 @@ KINDS: dict[str, KindTraits] = {
         ),
     ),
     JobKind.JOB: KindTraits(
-        JobKind.JOB, "job.yaml.j2", "batch/v1", "Job", 63,
-        (Role.JOB,), needs_cmd=True, fetches_working_dir=False,
+        JobKind.JOB, "job.yaml.j2", "batch/v1", "Job", 63, (Role.JOB,),
+        needs_cmd=True, persistent=False, fetches_working_dir=False,
         refuses=(
             ("head", "a job has no Ray head; head is for rayjob and raycluster"),
             ("relaunch_reservation", _RESERVES),
         ),
     ),
 }
+
+
+def sentinel_name(job: str) -> str:
+    """The Deployment that watches a persistent RayCluster's head."""
+    return f"{job}-sentinel"

@@ -13,6 +13,7 @@ from typing import Any
 
 import jinja2
 
+from generator.kinds import sentinel_name
 from generator.pods import plan_pods
 from generator.resolve import ResolvedJob
 from generator.yamlio import load_all_rendered, load_rendered
@@ -90,7 +91,7 @@ def render_job(job: ResolvedJob) -> list[dict[str, Any]]:
         job.traits.template, job=job, pods=pods, ray_cluster_spec=ray,
         kueue_labels={kueue["queue_label"]: job.queue,
                       kueue["priority_label"]: job.priority.priority_class},
-        sentinel={"labels": plans[Role.SENTINEL].labels,
+        sentinel={"name": sentinel_name(job.name), "labels": plans[Role.SENTINEL].labels,
                   "annotations": job.annotations | {Annotation.RAYCLUSTER: job.name},
                   "selector": {Label.JOB: job.name, Label.ROLE: str(Role.SENTINEL)}}
         if Role.SENTINEL in plans else None,

@@ -14,7 +14,7 @@ from runtime.identity import Env, Label, Role
 from runtime.pods import ContainerPlan, NodeChecks, PodPlan
 
 # Ray's default head ports: GCS, dashboard (job submission), client.
-RAY_HEAD_PORTS = (
+RAY_HEAD_PORTS: tuple[dict[str, Any], ...] = (
     {"name": "gcs", "containerPort": 6379},
     {"name": "dashboard", "containerPort": 8265},
     {"name": "client", "containerPort": 10001},

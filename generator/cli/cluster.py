@@ -12,7 +12,14 @@ import yaml
 from generator.catalog import Catalog, Cluster
 from generator.cli._app import app, err_console, out_console
 from generator.cli._output import Output, OutputOption, emit
-from generator.cluster import SubmitRequest, apply_all, job_status, list_jobs, prepare
+from generator.cluster import (
+    SubmitRequest,
+    apply_all,
+    delete_job,
+    job_status,
+    list_jobs,
+    prepare,
+)
 from generator.cluster import manifests as render_manifests
 from generator.cluster.gitops import submit_gitops
 from generator.cluster.kubectl import SERVICES, Kubectl, main_container, select_pod
@@ -25,14 +32,14 @@ from generator.cluster.preflight import (
     run_on_node,
     wait_running,
 )
-from generator.cluster.status import TOP_LEVEL
 from generator.errors import BadRequest, CheckFailed
+from generator.kinds import KINDS
 from generator.pods import RUNTIME_IMAGE
 from generator.repo import find_root
 from generator.resolve import ResolvedJob
 from generator.spec import Kind
 from runtime.identity import Label, Role, selector
-from runtime.kube import DEPLOYMENT, NODE, POD, Kube
+from runtime.kube import NODE, POD, Kube
 
 ClusterOption = Annotated[str, typer.Option("--cluster", help="Cluster from clusters/.")]
 NamespaceOption = Annotated[str | None, typer.Option(
@@ -128,9 +135,7 @@ def _preflight_after_submit(api: Kube, job: ResolvedJob, timeout: int,
         if teardown is None:
             teardown = typer.confirm(f"tear down {job.kind} {job.namespace}/{job.name}?")
         if teardown:
-            api.delete(TOP_LEVEL[job.kind], job.name, namespace=job.namespace)
-            if job.kind == "raycluster":
-                api.delete(DEPLOYMENT, f"{job.name}-sentinel", namespace=job.namespace)
+            delete_job(api, job.traits, job.name, job.namespace)
             out_console.print(f"deleted {job.kind} {job.namespace}/{job.name}")
         raise
 
@@ -190,19 +195,17 @@ def delete(
     """Delete a job; a persistent RayCluster only with --raycluster and confirmation."""
     _, found = _cluster(cluster)
     api, ns = Kube.connect(found.kube_context), _namespace(found, namespace)
-    for kind_name, kind in TOP_LEVEL.items():
-        if api.find(kind, name, namespace=ns) is None:
+    for traits in KINDS.values():
+        if api.find(api.kind(traits.api_version, traits.object_kind), name, namespace=ns) is None:
             continue
-        if kind_name == "raycluster":
+        if traits.persistent:
             if not raycluster:
                 raise BadRequest(f"{name} is a persistent RayCluster: "
                                  "pass --raycluster to delete it")
             if not yes and not typer.confirm(f"delete RayCluster {ns}/{name} and its sentinel?"):
                 raise typer.Exit(1)
-            if api.find(DEPLOYMENT, f"{name}-sentinel", namespace=ns):
-                api.delete(DEPLOYMENT, f"{name}-sentinel", namespace=ns)
-        api.delete(kind, name, namespace=ns)
-        out_console.print(f"deleted {kind.kind} {ns}/{name}")
+        delete_job(api, traits, name, ns)
+        out_console.print(f"deleted {traits.object_kind} {ns}/{name}")
         return
     raise BadRequest(f"no rayjob, raycluster or job named {name!r} in {ns}")
 

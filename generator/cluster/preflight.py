@@ -58,21 +58,42 @@ def parse_result(log_lines: list[str]) -> dict[str, Any] | None:
     return None
 
 
+def _phase(pod: Obj) -> str:
+    return str((pod.get("status") or {}).get("phase", "Pending"))
+
+
+def watch_pods(api: Kube, namespace: str, job: str, ready: Callable[[list[Obj]], list[Obj]],
+               timeout_s: int, progress: Callable[[str], None]) -> list[Obj] | None:
+    """The job's pods as they change, until `ready` picks some (returned) or time runs out.
+
+    A watch opened without a resourceVersion first reports every existing pod as ADDED, so
+    the pods are known from its first events; when the server ends a watch, a new one starts
+    from that same full picture."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        pods: dict[str, Obj] = {}
+        for change, pod in api.watch(POD, namespace=namespace, labels=selector(job=job),
+                                     timeout_s=max(1, min(int(left), 60))):
+            if change == "DELETED":
+                pods.pop(pod["metadata"]["name"], None)
+            else:
+                pods[pod["metadata"]["name"]] = pod
+            if chosen := ready(list(pods.values())):
+                return chosen
+            progress(f"{job}: " + ", ".join(f"{n} {_phase(p)}" for n, p in sorted(pods.items())))
+    return None
+
+
 def wait_finished(api: Kube, job: Obj, timeout_s: int,
                   progress: Callable[[str], None]) -> Obj:
     """The Job's pod once it has succeeded or failed (a failed preflight exits 1)."""
     meta = job["metadata"]
-    pods_of = selector(job=meta["labels"][Label.JOB])
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        pods = api.list(POD, namespace=meta["namespace"], labels=pods_of)
-        done = [p for p in pods if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
-        if done:
-            return done[0]
-        progress(f"{meta['name']}: {[(p.get('status') or {}).get('phase') for p in pods]}")
-        for _ in api.watch(POD, namespace=meta["namespace"], labels=pods_of, timeout_s=5):
-            break
-    raise ToolFailed(f"{meta['name']} did not finish in {timeout_s} s; see `gkr status`")
+    done = watch_pods(api, meta["namespace"], meta["labels"][Label.JOB],
+                      lambda pods: [p for p in pods if _phase(p) in ("Succeeded", "Failed")],
+                      timeout_s, progress)
+    if not done:
+        raise ToolFailed(f"{meta['name']} did not finish in {timeout_s} s; see `gkr status`")
+    return done[0]
 
 
 def run_on_node(api: Kube, job: Obj, timeout_s: int,
@@ -93,16 +114,14 @@ def run_on_node(api: Kube, job: Obj, timeout_s: int,
 def wait_running(api: Kube, namespace: str, job: str, expected: int, timeout_s: int,
                  progress: Callable[[str], None]) -> list[Obj]:
     """The job's pods once `expected` of them run; progress lines while the cluster places them."""
-    deadline, pods_of = time.monotonic() + timeout_s, selector(job=job)
-    while time.monotonic() < deadline:
-        pods = api.list(POD, namespace=namespace, labels=pods_of)
-        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
-        if len(running) >= expected:
-            return running
-        progress(f"{job}: {len(running)}/{expected} pods running")
-        for _ in api.watch(POD, namespace=namespace, labels=pods_of, timeout_s=5):
-            break
-    raise ToolFailed(f"{job}: pods not running after {timeout_s} s; see `gkr status {job}`")
+    def running(pods: list[Obj]) -> list[Obj]:
+        placed = [p for p in pods if _phase(p) == "Running"]
+        return placed if len(placed) >= expected else []
+
+    placed = watch_pods(api, namespace, job, running, timeout_s, progress)
+    if not placed:
+        raise ToolFailed(f"{job}: pods not running after {timeout_s} s; see `gkr status {job}`")
+    return placed
 
 
 def expected_pods(job: ResolvedJob) -> int:

@@ -11,12 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from runtime.identity import Annotation, JobKind, Label, selector
-from runtime.kube import JOB, POD, RAYCLUSTER, RAYJOB, WORKLOAD, Kind, Kube, NotFound, Obj
+from generator.kinds import KINDS
+from runtime.identity import Annotation, Label, selector
+from runtime.kube import POD, RAYCLUSTER, RAYJOB, WORKLOAD, Kind, Kube, NotFound, Obj
 
 MANAGED = "app.kubernetes.io/managed-by=gkr"
-# Job kinds of a spec -> the top-level object gkr applies for it.
-TOP_LEVEL = {JobKind.RAYJOB: RAYJOB, JobKind.RAYCLUSTER: RAYCLUSTER, JobKind.JOB: JOB}
 
 
 class _Row(BaseModel):
@@ -135,7 +134,7 @@ def pending_reasons(events: list[Obj], names: set[str]) -> list[str]:
 
 def job_status(api: Kube, namespace: str, name: str) -> JobStatus:
     """The status of a gkr job of any kind; NotFound when none has that name."""
-    for kind in TOP_LEVEL.values():
+    for kind in top_level(api):
         obj = api.find(kind, name, namespace=namespace)
         if obj is not None:
             return _status(api, kind, obj)
@@ -157,10 +156,15 @@ def _status(api: Kube, kind: Kind, obj: Obj) -> JobStatus:
     )
 
 
+def top_level(api: Kube) -> list[Kind]:
+    """The objects gkr applies for each job kind."""
+    return [api.kind(t.api_version, t.object_kind) for t in KINDS.values()]
+
+
 def list_jobs(api: Kube, namespaces: list[str]) -> list[JobRow]:
     rows = []
     for namespace in namespaces:
-        for kind in (RAYJOB, RAYCLUSTER, JOB):
+        for kind in top_level(api):
             for obj in api.list(kind, namespace=namespace, labels=MANAGED):
                 rows.append(JobRow(
                     name=obj["metadata"]["name"], kind=kind.kind, namespace=namespace,

@@ -13,13 +13,15 @@ from pydantic import BaseModel, ConfigDict
 from generator.catalog import Catalog
 from generator.cluster.package import FsspecStore, archive
 from generator.errors import BadRequest, InvalidInput, Problem
+from generator.kinds import KindTraits, sentinel_name
 from generator.manifests import render_job
 from generator.paths import job_path
 from generator.resolve import ResolvedJob, resolve
 from generator.specs import LoadedSpec, load_spec, spec_from_flags
 from generator.tree import Tree
 from generator.validate import check_schemas
-from runtime.kube import Kube, Obj
+from runtime.identity import Role
+from runtime.kube import DEPLOYMENT, Kube, Obj
 
 
 class SubmitRequest(BaseModel):
@@ -103,6 +105,15 @@ def manifests(job: ResolvedJob, catalog: Catalog) -> list[Obj]:
     if problems:
         raise InvalidInput(problems)
     return documents
+
+
+def delete_job(api: Kube, traits: KindTraits, name: str, namespace: str) -> None:
+    """Delete a job's top-level object and, for a RayCluster, its sentinel (the Deployment is
+    not owned by the RayCluster, so Kubernetes would not collect it)."""
+    if Role.SENTINEL in traits.roles and api.find(DEPLOYMENT, sentinel_name(name),
+                                                  namespace=namespace):
+        api.delete(DEPLOYMENT, sentinel_name(name), namespace=namespace)
+    api.delete(api.kind(traits.api_version, traits.object_kind), name, namespace=namespace)
 
 
 def apply_all(api: Kube, documents: list[Obj]) -> list[Obj]:

@@ -1,20 +1,38 @@
 """A TEST DOUBLE of the Kubernetes API server: no real API server can run on these machines.
 
 One double serves every suite that talks to Kubernetes (`gkr`'s cluster commands, Warden). It
-is a real HTTP server on loopback (kube_http.py) that the real `kubernetes` client reaches
-through a real kubeconfig, and it answers the subset of the API those clients use as the real
-server does (https://kubernetes.io/docs/reference/using-api/):
+is a real HTTP server on loopback (kube_http.py) that real clients reach through a real
+kubeconfig: the `kubernetes` package (typed and dynamic clients) and kubectl v1.37
+(test_kubectl.py). It answers the subset of the API those clients use as the real server does
+(https://kubernetes.io/docs/reference/using-api/):
 
-* the resources of `kube_api.SERVED`, namespaced and cluster-scoped (nodes); lists across all
-  namespaces (`/api/v1/pods`); resourceVersion, uid, creationTimestamp and generation kept;
-* create (POST, `generateName` too), get, list and watch with label selectors and the field
-  selectors each kind registers (400 for any other field), delete;
+* what clients read before they act: `/version`; discovery, aggregated (apidiscovery v2, when
+  the Accept header asks, as kubectl does) or legacy (`/api`, `/apis`, `/apis/<group>`, each
+  group version's APIResourceList), kube_discovery.py; the OpenAPI v3 index and per group
+  version documents, with the kinds' schemas, kube_openapi.py and kube_schema.py;
+* the resources of `kube_api.SERVED` (every kind the project renders, and Node, Pod, Event,
+  Workload), namespaced and cluster-scoped, at every version their group serves; lists
+  across all namespaces (`/api/v1/pods`); resourceVersion, uid, creationTimestamp and
+  generation kept;
+* create (POST, `generateName` too), get, list and watch with label selectors (equality, set
+  and existence terms) and the field selectors each kind registers (400 for any other field),
+  replace (PUT, `resourceVersion` as a precondition), delete; every write as a server-side
+  dry run too (`dryRun=All`: checked and answered, not stored); a namespace gets its name
+  label, the `kubernetes` finalizer and phase Active;
+* request bodies in JSON, YAML for apply, and protobuf for the few kinds kubectl's typed
+  clients send so (kube_protobuf.py); answers in JSON, or as a `Table` when the Accept
+  header asks (kube_table.py: NAME and AGE columns only);
+* field validation (`fieldValidation`: Strict is kubectl's default, Warn the server's):
+  fields a kind's schema lacks are refused with the server's messages (400 `strict decoding
+  error`), or dropped with a `Warning` header;
 * PATCH as JSON merge patch, strategic merge patch (built-in kinds; 415 for custom resources,
   as the real server) and JSON patch (kube_patch.py); a `metadata.resourceVersion` the patch
   sets is a precondition (409 Conflict when stale);
-* server-side apply: `application/apply-patch+yaml`, `fieldManager` required (400 otherwise),
-  managedFields per manager, 409 Conflict when another manager owns a field with another
-  value unless `force=true`;
+* server-side apply (kube_fields.py): `application/apply-patch+yaml`, `fieldManager` required
+  (400 otherwise), managedFields per manager and operation, the server's 409 Conflict
+  message and causes when another manager owns a field with another value unless
+  `force=true`, fields no longer applied removed; an apply of a field the schema lacks fails
+  as on the server (500, `failed to create typed patch object`);
 * the status subresource's rule: creating, patching or applying the main resource leaves
   `status` as it was; only controllers (the tests, through `put`) write it;
 * `pods/eviction` (policy/v1 Eviction): the pod is deleted at once, since no PodDisruptionBudget
@@ -24,6 +42,19 @@ server does (https://kubernetes.io/docs/reference/using-api/):
 * failures as `Status` bodies with the real codes and reasons (404 NotFound, 405
   MethodNotAllowed, 409 AlreadyExists and Conflict, 422 Invalid, 400 BadRequest,
   415 UnsupportedMediaType).
+
+Where it differs from a real server (tests rely on none of these being real):
+* no authentication, admission, defaulting (beyond namespaces) or validation beyond names
+  and unknown fields; namespaces need not exist, and deleting one deletes nothing else;
+* no conversion between versions: an object reads back in the version it was written in;
+* deletion is immediate (no graceful deletion, finalizers or garbage collection);
+* a watch from resourceVersion 0 (or none) replays every recorded change, where a server
+  sends the current objects as ADDED; the `timeout` parameter does not end a watch;
+* protobuf is decoded only for Namespace, ConfigMap and ServiceAccount (415 otherwise) and
+  never answered; `/openapi/v2`, `deletecollection` and the `status` and `scale`
+  subresources' paths are not served;
+* server-side apply treats lists as atomic (a server merges `map` and `set` lists by key)
+  and does not track the managers of `put`, the tests' controller writes.
 
 Every request is recorded in `requests`. Tests play the controllers and kubelets: they write
 objects with `put` and `delete`, feed logs with `set_log`, and react to what clients did
@@ -182,7 +213,8 @@ class KubeApiServer:
                      and label_selected(obj, labels) and fields_match(obj, terms)]
             return items, self.version
 
-    def create(self, key: Key, body: Json, version: str, manager: str = "") -> Json:
+    def create(self, key: Key, body: Json, version: str, manager: str = "",
+               dry: bool = False) -> Json:
         """POST: the name comes from the body (or its generateName); 409 when taken."""
         meta = body.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -196,20 +228,22 @@ class KubeApiServer:
                 raise ApiError(409, "AlreadyExists",
                                f'{resource_name(*key[:2])} "{full[3]}" already exists',
                                {"name": full[3], "group": key[0], "kind": key[1]})
-            self._own(full, manager, body["apiVersion"], None, body)
-            return copy.deepcopy(self._save(full, body, None))
+            self._own(full, manager, body["apiVersion"], None, body, dry)
+            return copy.deepcopy(self._save(full, body, None, dry))
 
-    def patch(self, key: Key, change: Callable[[Json], Json], manager: str = "") -> Json:
+    def patch(self, key: Key, change: Callable[[Json], Json], manager: str = "",
+              dry: bool = False) -> Json:
         """PATCH: `change` makes the new object from the stored one."""
         with self.changed:
             old = self.store.get(key)
             if old is None:
                 raise not_found(key)
             new = change(copy.deepcopy(old))
-            self._write(key, new, old, manager)
-            return copy.deepcopy(self._save(key, new, old))
+            self._write(key, new, old, manager, dry)
+            return copy.deepcopy(self._save(key, new, old, dry))
 
-    def replace(self, key: Key, body: Json, version: str, manager: str = "") -> Json:
+    def replace(self, key: Key, body: Json, version: str, manager: str = "",
+                dry: bool = False) -> Json:
         """PUT: the whole object; a `metadata.resourceVersion` it carries must be current."""
         validate(key, body, version)
         with self.changed:
@@ -217,10 +251,10 @@ class KubeApiServer:
             if old is None:
                 raise not_found(key)
             body["metadata"].setdefault("resourceVersion", old["metadata"]["resourceVersion"])
-            self._write(key, body, old, manager)
-            return copy.deepcopy(self._save(key, body, old))
+            self._write(key, body, old, manager, dry)
+            return copy.deepcopy(self._save(key, body, old, dry))
 
-    def _write(self, key: Key, new: Json, old: Json, manager: str) -> None:
+    def _write(self, key: Key, new: Json, old: Json, manager: str, dry: bool) -> None:
         """What an update of a stored object is checked and given (under the lock)."""
         if new.get("metadata", {}).get("resourceVersion") != old["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on "
@@ -229,14 +263,15 @@ class KubeApiServer:
                            "try again", {"name": key[3], "group": key[0], "kind": key[1]})
         _keep_status(key, new, old)
         _defaults(key, new, old)
-        self._own(key, manager, new.get("apiVersion", ""), old, new)
+        self._own(key, manager, new.get("apiVersion", ""), old, new, dry)
 
-    def apply(self, key: Key, body: Json, manager: str, force: bool) -> tuple[Json, bool]:
+    def apply(self, key: Key, body: Json, manager: str, force: bool,
+              dry: bool = False) -> tuple[Json, bool]:
         """Server-side apply: (object, created)."""
         _keep_status(key, body, None)
         with self.changed:
             old = self.store.get(key)
-            managers = self.owners.setdefault(key, {})
+            managers = self._managers(key, dry)
             gone = fields.apply(managers, manager, body["apiVersion"], old or {}, body, force)
             merged = merge_patch(old or {}, body)
             for path in gone:
@@ -244,12 +279,18 @@ class KubeApiServer:
             merged["metadata"]["managedFields"] = fields.entries(managers)
             _keep_status(key, merged, old)
             _defaults(key, merged, old)
-            return copy.deepcopy(self._save(key, merged, old)), old is None
+            return copy.deepcopy(self._save(key, merged, old, dry)), old is None
+
+    def _managers(self, key: Key, dry: bool) -> fields.Managers:
+        """A key's field managers; a copy for a dry run, which must change nothing."""
+        if dry:
+            return copy.deepcopy(self.owners.get(key, {}))
+        return self.owners.setdefault(key, {})
 
     def _own(self, key: Key, manager: str, api_version: str, old: Json | None,
-             new: Json) -> None:
+             new: Json, dry: bool) -> None:
         """Record an update's manager (none: a controller's write, as `put` makes)."""
-        managers = self.owners.setdefault(key, {})
+        managers = self._managers(key, dry)
         if manager:
             fields.update(managers, manager, api_version, old, new)
         new.setdefault("metadata", {})["managedFields"] = fields.entries(managers)
@@ -266,11 +307,13 @@ class KubeApiServer:
             raise bad_request("name in URL does not match name in Eviction object")
         self.remove(key)
 
-    def remove(self, key: Key) -> Json:
+    def remove(self, key: Key, dry: bool = False) -> Json:
         with self.changed:
-            obj = self.store.pop(key, None)
-            if obj is None:
+            if key not in self.store:
                 raise not_found(key)
+            if dry:
+                return copy.deepcopy(self.store[key])
+            obj = self.store.pop(key)
             self.owners.pop(key, None)
             self._record(key, "DELETED", obj)
             return obj
@@ -298,8 +341,9 @@ class KubeApiServer:
             return self.logs.get(log_key, [])[sent:], log_key not in self.open_logs
 
     # ---- storage ---------------------------------------------------------------------------
-    def _save(self, key: Key, obj: Json, old: Json | None) -> Json:
-        """Store (under the lock) with fresh metadata; record the change."""
+    def _save(self, key: Key, obj: Json, old: Json | None, dry: bool = False) -> Json:
+        """Store (under the lock) with fresh metadata and record the change; a dry run only
+        fills the metadata in."""
         meta = obj.setdefault("metadata", {})
         previous = (old or {}).get("metadata", {})
         meta["uid"] = previous.get("uid") or meta.get("uid") or str(uuid.uuid4())
@@ -308,6 +352,8 @@ class KubeApiServer:
         meta["resourceVersion"] = str(self.version + 1)
         spec_changed = old is None or old.get("spec") != obj.get("spec")
         meta["generation"] = previous.get("generation", 0) + (1 if spec_changed else 0)
+        if dry:
+            return obj
         self.store[key] = obj
         self._record(key, "MODIFIED" if old else "ADDED", obj)
         return obj

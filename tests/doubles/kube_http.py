@@ -1,5 +1,6 @@
-"""The HTTP side of the Kubernetes API test double (kube_apiserver.py): paths, verbs, content
-types, chunked watch and log streams."""
+"""The HTTP side of the Kubernetes API test double (kube_apiserver.py): discovery and OpenAPI
+paths, resource paths and verbs, content types (JSON, YAML, protobuf in; JSON or a Table out),
+field validation, dry runs, chunked watch and log streams."""
 
 from __future__ import annotations
 
@@ -128,6 +129,14 @@ def _decode(raw: bytes, expected: type, content_type: str = "application/json") 
     return body
 
 
+def _dry(target: Route) -> bool:
+    """`dryRun=All`: the server checks and answers the write but stores nothing."""
+    value = target.query.get("dryRun")
+    if value not in (None, "All"):
+        raise bad_request(f'dryRun: Unsupported value: "{value}": supported values: "All"')
+    return value == "All"
+
+
 def _patched(patcher: Callable[[Any, Any], Any], patch: Any) -> Callable[[Json], Json]:
     def change(old: Json) -> Json:
         try:
@@ -142,6 +151,7 @@ def _patched(patcher: Callable[[Any, Any], Any], patch: Any) -> Callable[[Json],
 
 class _Handler(BaseHTTPRequestHandler):
     api: KubeApiServer
+    warnings: list[str]  # `Warning` headers of the answer being made
     protocol_version = "HTTP/1.1"
     # Headers and body go out as two writes; with Nagle's algorithm the second waits for the
     # client's delayed ACK (~40 ms a request on keep-alive connections).
@@ -172,7 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _handle(self) -> None:
-        self.warnings: list[str] = []
+        self.warnings = []
         url = urlparse(self.path)
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         content_type = self.headers.get("Content-Type", "").split(";")[0].strip()
@@ -200,7 +210,7 @@ class _Handler(BaseHTTPRequestHandler):
         if openapi is not None:
             self._send(200, openapi)
             return True
-        found = document(path, accept, "{}:{}".format(*self.server.server_address[:2]))
+        found = document(path, accept, self.api.url.removeprefix("http://"))
         if found is not None:
             self._send(200, found[1], found[0])
         return found is not None
@@ -233,14 +243,15 @@ class _Handler(BaseHTTPRequestHandler):
         if target.key[3] or (SERVED[target.key[:2]].namespaced and not target.key[2]):
             raise _not_allowed()
         body = self._checked(target, _decode(raw, dict, content_type), decoding=True)
-        self._send(201, self.api.create(target.key, body, target.version, self._manager(target)))
+        self._send(201, self.api.create(target.key, body, target.version,
+                                        self._manager(target), _dry(target)))
 
     def _put(self, target: Route, raw: bytes, content_type: str) -> None:
         if not target.key[3] or target.sub:
             raise _not_allowed()
         body = self._checked(target, _decode(raw, dict, content_type), decoding=True)
         self._send(200, self.api.replace(target.key, body, target.version,
-                                         self._manager(target)))
+                                         self._manager(target), _dry(target)))
 
     def _patch(self, target: Route, raw: bytes, content_type: str) -> None:
         if not target.key[3]:
@@ -257,7 +268,7 @@ class _Handler(BaseHTTPRequestHandler):
         patch = _decode(raw, list if patcher is json_patch else dict)
         change = _patched(patcher, patch)
         self._send(200, self.api.patch(target.key, lambda old: self._checked(target, change(old)),
-                                       self._manager(target)))
+                                       self._manager(target), _dry(target)))
 
     def _apply(self, target: Route, raw: bytes) -> None:
         manager = target.query.get("fieldManager", "")
@@ -272,13 +283,14 @@ class _Handler(BaseHTTPRequestHandler):
         validate(target.key, body, target.version)
         self._typed(target, body)
         force = target.query.get("force") == "true"
-        obj, created = self.api.apply(target.key, body, manager, force)
+        obj, created = self.api.apply(target.key, body, manager, force, _dry(target))
         self._send(201 if created else 200, obj)
 
     def _delete(self, target: Route, raw: bytes, content_type: str) -> None:
         if not target.key[3]:
             raise _not_allowed()
-        self.api.remove(target.key)
+        options = _decode(raw, dict) if raw.strip() else {}  # DeleteOptions, or the query's
+        self.api.remove(target.key, _dry(target) or options.get("dryRun") == ["All"])
         group, plural, _, name = target.key
         self._send(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                          "status": "Success",

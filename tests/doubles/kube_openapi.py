@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from functools import cache
 
 from tests.doubles.kube_api import SERVED, SUBRESOURCES, Json, Resource, Subresource
@@ -69,93 +70,92 @@ def index() -> Json:
 
 
 def group_version_document(group: str, version: str) -> Json:
+    """One group version's paths, and the schemas they reach."""
     paths: Json = {}
-    names: set[str] = {STATUS, PATCH, DELETE_OPTIONS}
+    roots = {STATUS, PATCH, DELETE_OPTIONS}
     for (g, plural), resource in SERVED.items():
         if g == group and version in resource.versions:
             kind = schema_name(group, version, resource.kind)
-            names |= references(kind)
-            paths |= _resource_paths(group, version, plural, resource, kind)
+            roots.add(kind)
+            paths |= _Operations(group, version, plural, resource, kind).paths()
             for (sg, sp, sub), info in SUBRESOURCES.items():
                 if (sg, sp) == (group, plural):
                     sub_kind = schema_name(info.group, info.version, info.kind)
-                    names |= references(sub_kind)
+                    roots.add(sub_kind)
                     paths |= _subresource_path(group, version, plural, sub, info, sub_kind)
-    for name in set(names):
-        names |= references(name)
+    names = {name for root in roots for name in references(root)}
     schemas = {name: definitions()[name] for name in sorted(names)}
     return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.37.0"},
             "paths": paths, "components": {"schemas": schemas}}
 
 
 # ---- paths and operations ----------------------------------------------------------------------
-def _resource_paths(group: str, version: str, plural: str, resource: Resource,
-                    kind: str) -> Json:
-    base = "/" + _prefix(group, version)
-    scoped = f"{base}/namespaces/{{namespace}}/{plural}" if resource.namespaced else \
-        f"{base}/{plural}"
-    gvk = {"group": group, "version": version, "kind": resource.kind}
-    op = _Operations(group, version, resource, gvk, kind)
-    scope = [_path_param("namespace")] if resource.namespaced else []
-    paths = {
-        scoped: {"get": op.make("list", "list"), "post": op.make("create", "post"),
-                 "parameters": scope},
-        f"{scoped}/{{name}}": {
-            "get": op.make("read", "get"), "put": op.make("replace", "put"),
-            "patch": op.make("patch", "patch"), "delete": op.make("delete", "delete"),
-            "parameters": [_path_param("name"), *scope]},
-    }
-    if resource.namespaced:
-        paths[f"{base}/{plural}"] = {"get": op.make("list", "list", everywhere=True)}
-    return paths
+@dataclass(frozen=True)
+class _Operations:
+    """The paths and operations of one resource in one version."""
+
+    group: str
+    version: str
+    plural: str
+    resource: Resource
+    kind: str  # the name of the kind's schema
+
+    def paths(self) -> Json:
+        base = "/" + _prefix(self.group, self.version)
+        namespaced = self.resource.namespaced
+        scoped = f"{base}/namespaces/{{namespace}}/{self.plural}" if namespaced else \
+            f"{base}/{self.plural}"
+        scope = [_path_param("namespace")] if namespaced else []
+        paths = {
+            scoped: {"get": self.make("list", "list"), "post": self.make("create", "post"),
+                     "parameters": scope},
+            f"{scoped}/{{name}}": {
+                "get": self.make("read", "get"), "put": self.make("replace", "put"),
+                "patch": self.make("patch", "patch"), "delete": self.make("delete", "delete"),
+                "parameters": [_path_param("name"), *scope]},
+        }
+        if namespaced:
+            paths[f"{base}/{self.plural}"] = {"get": self.make("list", "list", everywhere=True)}
+        return paths
+
+    def make(self, verb: str, action: str, everywhere: bool = False) -> Json:
+        """An operation, named as the server names it (`patchAppsV1NamespacedDeployment`)."""
+        scope = "Namespaced" if self.resource.namespaced and not everywhere else ""
+        suffix = "ForAllNamespaces" if everywhere else ""
+        gvk = {"group": self.group, "version": self.version, "kind": self.resource.kind}
+        operation: Json = {
+            "operationId": f"{verb}{_camel(self.group, self.version)}{scope}"
+                           f"{self.resource.kind}{suffix}",
+            "x-kubernetes-action": action, "x-kubernetes-group-version-kind": gvk,
+            "parameters": _query_params(action),
+            "responses": {"200": _response(self.kind if action != "list" else None)}}
+        body = {"put": self.kind, "post": self.kind, "patch": PATCH}.get(action)
+        if body is not None:
+            types = PATCH_TYPES if action == "patch" else ("*/*",)
+            operation["requestBody"] = {"required": True, "content": {
+                t: {"schema": {"$ref": REF + body}} for t in types}}
+            operation["responses"]["201"] = _response(self.kind)
+        return operation
 
 
 def _subresource_path(group: str, version: str, plural: str, sub: str, info: Subresource,
                       kind: str) -> Json:
+    """A pod's `log` (GET, text) or `eviction` (POST of a policy/v1 Eviction)."""
     path = f"/{_prefix(group, version)}/namespaces/{{namespace}}/{plural}/{{name}}/{sub}"
-    gvk = {"group": info.group, "version": info.version, "kind": info.kind}
-    verb = "connect" if info.method == "GET" else "post"
+    posted = info.method == "POST"
     operation: Json = {
-        "operationId": f"{'read' if verb == 'connect' else 'create'}"
-                       f"{_camel(group, version)}Namespaced{SERVED[(group, plural)].kind}"
-                       f"{sub.capitalize()}",
-        "x-kubernetes-action": "get" if verb == "connect" else "post",
-        "x-kubernetes-group-version-kind": gvk,
-        "responses": {"200": _response(kind) if verb == "post" else {
+        "operationId": f"{'create' if posted else 'read'}{_camel(group, version)}Namespaced"
+                       f"{SERVED[(group, plural)].kind}{sub.capitalize()}",
+        "x-kubernetes-action": "post" if posted else "get",
+        "x-kubernetes-group-version-kind": {"group": info.group, "version": info.version,
+                                            "kind": info.kind},
+        "responses": {"200": _response(kind) if posted else {
             "description": "OK", "content": {"text/plain": {"schema": {"type": "string"}}}}}}
-    if verb == "post":
+    if posted:
         operation["requestBody"] = {"content": {"*/*": {"schema": {"$ref": REF + kind}}},
                                     "required": True}
     return {path: {info.method.lower(): operation,
                    "parameters": [_path_param("name"), _path_param("namespace")]}}
-
-
-class _Operations:
-    """The operations of one resource: operationId, action, parameters, body, responses."""
-
-    def __init__(self, group: str, version: str, resource: Resource, gvk: Json,
-                 kind: str) -> None:
-        self.camel, self.resource, self.gvk, self.kind = _camel(group, version), resource, \
-            gvk, kind
-
-    def make(self, verb: str, action: str, everywhere: bool = False) -> Json:
-        scope = "" if not self.resource.namespaced else (
-            "" if everywhere else "Namespaced")
-        suffix = "ForAllNamespaces" if everywhere else ""
-        operation: Json = {
-            "operationId": f"{verb}{self.camel}{scope}{self.resource.kind}{suffix}",
-            "x-kubernetes-action": action, "x-kubernetes-group-version-kind": self.gvk,
-            "parameters": _query_params(action),
-            "responses": {"200": _response(self.kind if action != "list" else None)}}
-        if action in ("post", "put"):
-            operation["requestBody"] = {"content": {"*/*": {"schema": {"$ref": REF + self.kind}}},
-                                        "required": True}
-            operation["responses"]["201"] = _response(self.kind)
-        elif action == "patch":
-            operation["requestBody"] = {"content": {t: {"schema": {"$ref": REF + PATCH}}
-                                                    for t in PATCH_TYPES}, "required": True}
-            operation["responses"]["201"] = _response(self.kind)
-        return operation
 
 
 def _query_params(action: str) -> list[Json]:

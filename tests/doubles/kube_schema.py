@@ -127,7 +127,7 @@ def _custom_resource(group: str, version: str, kind: str) -> Json:
 class Item(NamedTuple):
     """A list item in a field path: its index, and its map keys when the list has them."""
 
-    index: int
+    position: int
     keys: str  # `name="main"`, or "" for a list without x-kubernetes-list-map-keys
 
 
@@ -141,12 +141,12 @@ def unknown_fields(group: str, version: str, kind: str, obj: Any) -> list[FieldP
 
 def decoding_path(path: FieldPath) -> str:
     """`spec.containers[0].imagee`, as a strict decoding error names a field."""
-    return "".join(f"[{p.index}]" if isinstance(p, Item) else f".{p}" for p in path)[1:]
+    return "".join(f"[{p.position}]" if isinstance(p, Item) else f".{p}" for p in path)[1:]
 
 
 def apply_path(path: FieldPath) -> str:
     """`.spec.containers[name="main"].imagee`, as server-side apply names a field."""
-    return "".join((f"[{p.keys}]" if p.keys else f"[{p.index}]") if isinstance(p, Item)
+    return "".join((f"[{p.keys}]" if p.keys else f"[{p.position}]") if isinstance(p, Item)
                    else f".{p}" for p in path)
 
 
@@ -155,7 +155,7 @@ def prune(obj: Any, paths: list[FieldPath]) -> None:
     for path in paths:
         node = obj
         for part in path[:-1]:
-            node = node[part.index] if isinstance(part, Item) else node[part]
+            node = node[part.position] if isinstance(part, Item) else node[part]
         node.pop(path[-1], None)
 
 

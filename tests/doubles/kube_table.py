@@ -59,6 +59,8 @@ def _age(stamp: str | None) -> str:
 
 def human_duration(seconds: int) -> str:
     """A duration as kubectl's AGE shows it (k8s.io/apimachinery/pkg/util/duration)."""
+    if seconds < -1:  # up to a second of clock skew is "now"
+        return "<invalid>"
     if seconds < 0:
         return "0s"
     minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
@@ -76,4 +78,6 @@ def human_duration(seconds: int) -> str:
         return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
     if days < 730:
         return f"{days}d"
-    return f"{days // 365}y{days % 365}d" if days % 365 else f"{days // 365}y"
+    if days < 8 * 365:
+        return f"{days // 365}y{days % 365}d" if days % 365 else f"{days // 365}y"
+    return f"{days // 365}y"

@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import new_client_from_config
+from kubernetes.dynamic import DynamicClient
 
 from tests.doubles.kube_apiserver import KubeApiServer
 from tests.doubles.kube_patch import PatchError, json_patch, strategic_merge_patch
@@ -181,6 +182,22 @@ def test_paths_and_verbs_the_server_does_not_serve(api):
     assert send(server, "GET", "/api/v1/namespaces/team/secrets")[0] == 404
     code, status = send(server, "PATCH", "/api/v1/namespaces/team/pods/p", {}, "text/plain")
     assert (code, status["reason"]) == (415, "UnsupportedMediaType")
+
+
+def test_the_dynamic_client_discovers_through_legacy_discovery(api, tmp_path):
+    server, _ = api
+    client = new_client_from_config(str(server.write_kubeconfig(tmp_path / "dynamic")))
+    dynamic = DynamicClient(client)
+    workloads = dynamic.resources.get(api_version="kueue.x-k8s.io/v1beta1", kind="Workload")
+    assert (workloads.name, workloads.namespaced) == ("workloads", True)
+    nodes = dynamic.resources.get(api_version="v1", kind="Node")
+    nodes.create(body=node("n1"))
+    assert [n.metadata.name for n in nodes.get().items] == ["n1"]
+    # It asked for JSON only, so it got the legacy forms, not aggregated discovery.
+    asked = server.requests_to("GET", "/apis")[0]
+    assert "APIGroupDiscoveryList" not in asked.accept
+    assert server.requests_to("GET", "/apis/kueue.x-k8s.io/v1beta1")
+    client.close()
 
 
 def test_json_patch_follows_rfc_6902_and_is_atomic():

@@ -185,6 +185,18 @@ def test_apply_conflicts_with_an_updater_by_its_version(kubectl, tmp_path):
     assert 'conflict with "kubectl-create" using v1: .data.a' in refused
 
 
+def test_server_dry_run_stores_nothing_and_replace_writes(kubectl, tmp_path):
+    path = str(write(tmp_path / "cm.yaml", [configmap({"a": "1"})]))
+    dry = kubectl.run("apply", "--server-side", "--dry-run=server", "-f", path).stdout
+    assert "configmap/cfg serverside-applied (server dry run)" in dry
+    assert kubectl.server.objects("", "configmaps") == []
+    kubectl.run("create", "-f", path)
+    kubectl.run("replace", "-f", str(write(tmp_path / "new.yaml", [configmap({"b": "2"})])))
+    assert kubectl.json("get", "cm", "cfg")["data"] == {"b": "2"}
+    kubectl.run("delete", "cm", "cfg", "--dry-run=server")
+    assert kubectl.server.get("", "configmaps", "default", "cfg") is not None
+
+
 def test_unknown_fields_are_refused_as_the_server_does(kubectl, tmp_path):
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
                   "metadata": {"name": "d", "namespace": "default"},
