@@ -12,8 +12,10 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
-from runtime.kube import NotFound
+from runtime.kube import NotFound, Unreachable
 from runtime.warden import memory, reservations
+from runtime.warden.cluster import KubeCluster
+from runtime.warden.config import KubernetesSettings
 from runtime.warden.interfaces import Cluster
 from runtime.warden.model import NODE_WORKFLOW, Incident, node_workflow_id
 
@@ -90,3 +92,48 @@ def reserved_nodes(cluster: Cluster) -> list[dict[str, Any]]:
     """Every node Warden holds a relaunch reservation on: for whom, until when, for which job."""
     rows = [{"node": n["metadata"]["name"], **_reserved(n)} for n in cluster.list_nodes("")]
     return [row for row in rows if row["reserved_for"]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Where:
+    """Where Warden's state lives: its Temporal namespace, and (optionally) the cluster whose
+    node annotations hold the cordon memory and reservations."""
+
+    address: str
+    namespace: str
+    kubeconfig: str | None = None
+
+
+async def fleet_report(where: Where) -> list[dict[str, Any]]:
+    """`gkr warden status`: the latest incident phase of every node, and reserved nodes."""
+    rows = await fleet_status(await _connect(where))
+    cluster = _cluster(where)
+    if cluster is not None:
+        rows = [{**row, **node_memory(cluster, row["node"]), "phase": row["phase"]}
+                for row in rows]
+        handled = {row["node"] for row in rows}
+        rows += [r for r in reserved_nodes(cluster) if r["node"] not in handled]
+    return sorted(rows, key=lambda row: row["node"])
+
+
+async def node_report(where: Where, node: str) -> list[dict[str, Any]]:
+    """`gkr warden history NODE`: every incident of one node, then its cordon memory."""
+    rows = await node_history(await _connect(where), node)
+    cluster = _cluster(where)
+    if cluster is not None:
+        rows.append({"started": "now", "trigger": "(node annotations)",
+                     **node_memory(cluster, node)})
+    return rows
+
+
+async def _connect(where: Where) -> Client:
+    try:
+        return await Client.connect(where.address, namespace=where.namespace)
+    except RuntimeError as error:
+        raise Unreachable(f"cannot reach Temporal at {where.address}: {error}") from error
+
+
+def _cluster(where: Where) -> Cluster | None:
+    if where.kubeconfig is None:
+        return None
+    return KubeCluster.connect(KubernetesSettings(kubeconfig=where.kubeconfig))
