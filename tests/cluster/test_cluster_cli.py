@@ -181,7 +181,7 @@ def test_check_runs_a_preflight_job_on_the_node_and_reads_its_result(repo, apise
                 job = jobs[0]
                 label = job["metadata"]["labels"]["gkr.dev/job"]
                 # The kubelet writes the log before the pod is reported finished.
-                apiserver.set_log(NS, "check-pod", "check", "starting\n" + json.dumps(result))
+                apiserver.set_log(NS, "check-pod", "main", "starting\n" + json.dumps(result))
                 apiserver.put(pod("check-pod", "job", job=label, phase="Failed", node="gpu-7"))
                 return
             threading.Event().wait(0.05)
