@@ -107,6 +107,12 @@ class Env:
     TEMPORAL_NAMESPACE: Final = "GKR_TEMPORAL_NAMESPACE"
 
 
+# The identity field each GKR_* variable carries into a pod (`Workload.env`, `Identity.from_env`).
+ENV_FIELDS: Final = {Env.CLUSTER: "cluster", Env.NAMESPACE: "namespace", Env.TEAM: "team",
+                     Env.JOB: "job", Env.KIND: "kind", Env.RUN: "run", Env.LEARNER: "learner",
+                     Env.ROLE: "role", Env.POD: "pod", Env.NODE: "node"}
+
+
 def selector(**terms: str) -> str:
     """A Kubernetes equality label selector over GKR's labels: `selector(job="x", role="head")`."""
     return ",".join(f"{getattr(Label, key.upper())}={value}" for key, value in terms.items())
@@ -129,8 +135,8 @@ class Workload:
 
     def env(self) -> dict[str, str]:
         """What a pod of this job learns about itself from its environment."""
-        return {Env.CLUSTER: self.cluster, Env.NAMESPACE: self.namespace, Env.TEAM: self.team,
-                Env.JOB: self.job, Env.KIND: str(self.kind)}
+        return {name: str(getattr(self, field)) for name, field in ENV_FIELDS.items()
+                if hasattr(self, field)}
 
 
 @dataclass(frozen=True)
@@ -159,13 +165,7 @@ class Identity:
         """The identity a GKR pod was given through its environment, plus what the caller knows
         (`run=`, `rank=`, …): the caller's values win."""
         env = os.environ if environ is None else environ
-        values: dict[str, object] = {
-            "cluster": env.get(Env.CLUSTER, ""), "namespace": env.get(Env.NAMESPACE, ""),
-            "team": env.get(Env.TEAM, ""), "job": env.get(Env.JOB, ""),
-            "kind": env.get(Env.KIND, ""), "run": env.get(Env.RUN, ""),
-            "learner": env.get(Env.LEARNER, ""), "role": env.get(Env.ROLE, ""),
-            "pod": env.get(Env.POD, ""), "node": env.get(Env.NODE, ""),
-        }
+        values = {field: env[name] for name, field in ENV_FIELDS.items() if name in env}
         return cls(**{**values, **known})  # type: ignore[arg-type]
 
     def with_(self, **changes: object) -> Identity:
