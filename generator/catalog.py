@@ -10,23 +10,25 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
+from decimal import Decimal
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from generator.cache import digest, load_pickle, store_pickle
 from generator.errors import InvalidInput, Problem
+from generator.names import label_value_problem
 from generator.problems import problems_from_validation
 from generator.units import CpuCount, Quantity, quantity_value
-from generator.yamlio import FieldPath, LineMap, line_of, load_document
+from generator.yamlio import FieldPath, LineMap, line_of, load_document, read_input, refusal
 from runtime.pods import GpuHost
 
-PARSE_CACHE = ".gkr/cache/catalog"
 GpuStack = Literal["tcpx", "tcpxo", "rdma"]
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 PINNED_IMAGE = r"^[^@\s]+@sha256:[0-9a-f]{64}$"
+ACCELERATORS_FILE = "platform/catalog/accelerators.yaml"
 
 
 class _Model(BaseModel):
@@ -206,7 +208,7 @@ class Images(_Model):
     @model_validator(mode="after")
     def _pinned(self) -> Images:
         for name, ref in self.images.items():
-            if not re.match(PINNED_IMAGE, ref):
+            if not re.fullmatch(PINNED_IMAGE, ref):
                 raise ValueError(f"image {name!r} must be pinned: repository@sha256:<64 hex>")
         return self
 
@@ -222,33 +224,144 @@ M = TypeVar("M", bound=BaseModel)
 def load_model(model: type[M], path: Path, root: Path) -> tuple[M, LineMap]:
     """Load a YAML file into a model; errors name the file, line and field."""
     display = _display(path, root)
-    if not path.is_file():
-        raise InvalidInput([Problem(display, None, "", "file not found")])
-    data, lines = _parsed(path, display, root)
+    data, lines = load_document(display, read_input(path, root, display))
     try:
         return model.model_validate(data or {}), lines
     except ValidationError as error:
         raise InvalidInput(problems_from_validation(error, display, lines, model)) from None
 
 
-def _parsed(path: Path, display: str, root: Path) -> tuple[Any, LineMap]:
-    """ruamel's parse (with line numbers) of a catalog file, memoised on disk by content:
-    catalog files are read on every render, and ruamel's pure-Python parser is slow."""
-    text = path.read_bytes()
-    memo = root / PARSE_CACHE / f"{digest(display.encode(), text)}.pickle"
-    parsed = load_pickle(memo)
-    if parsed is None:
-        parsed = load_document(path, display, text.decode("utf-8"))
-        store_pickle(memo, parsed)
-    return parsed
-
-
 def _display(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
+def _located(display: str, lines: LineMap, found: list[tuple[FieldPath, str]]) -> list[Problem]:
+    return [Problem(display, line_of(lines, field), ".".join(map(str, field)), message)
+            for field, message in found]
+
+
+# GPUs of each Compute Engine GPU machine type (Compute Engine documentation, "GPU machine
+# types" and "Accelerator-optimized machine family": A2, A3, A4, A4X and G2 series). An
+# accelerator's gpus_per_node must agree with its machine type.
+GCE_GPUS: dict[str, int] = {
+    "a2-highgpu-1g": 1, "a2-highgpu-2g": 2, "a2-highgpu-4g": 4, "a2-highgpu-8g": 8,
+    "a2-megagpu-16g": 16,
+    "a2-ultragpu-1g": 1, "a2-ultragpu-2g": 2, "a2-ultragpu-4g": 4, "a2-ultragpu-8g": 8,
+    "a3-highgpu-1g": 1, "a3-highgpu-2g": 2, "a3-highgpu-4g": 4, "a3-highgpu-8g": 8,
+    "a3-edgegpu-8g": 8, "a3-megagpu-8g": 8, "a3-ultragpu-8g": 8,
+    "a4-highgpu-8g": 8, "a4x-highgpu-4g": 4,
+    "g2-standard-4": 1, "g2-standard-8": 1, "g2-standard-12": 1, "g2-standard-16": 1,
+    "g2-standard-24": 2, "g2-standard-32": 1, "g2-standard-48": 4, "g2-standard-96": 8,
+}
+Finding = tuple[FieldPath, str]
+
+
+def check_machine_gpus(accelerator: Accelerator) -> Iterator[Finding]:
+    known = GCE_GPUS.get(accelerator.machine_type)
+    if known is None:
+        yield ("machine_type",), (f"{accelerator.machine_type!r} is not a GPU machine type gkr "
+                                  f"knows; known: {', '.join(sorted(GCE_GPUS))}")
+    elif known != accelerator.gpus_per_node:
+        yield ("gpus_per_node",), (f"{accelerator.gpus_per_node}, but a "
+                                   f"{accelerator.machine_type} has {known} GPUs")
+
+
+def _sidecar_requests(accelerator: Accelerator) -> Iterator[tuple[FieldPath, str, object]]:
+    """Every (field, resource, value) of the sidecars' requests."""
+    for index, sidecar in enumerate(accelerator.sidecars):
+        resources = sidecar.get("resources") or {}
+        requests = resources.get("requests") or {} if isinstance(resources, dict) else {}
+        for resource, value in (requests.items() if isinstance(requests, dict) else ()):
+            yield ("sidecars", index, "resources", "requests", resource), resource, value
+
+
+def check_sidecars(accelerator: Accelerator) -> Iterator[Finding]:
+    """Sidecar requests are quantities, and leave room on the node for the training pod."""
+    totals = {"cpu": Decimal(0), "memory": Decimal(0)}
+    for field, resource, value in _sidecar_requests(accelerator):
+        try:
+            amount = quantity_value(str(value))
+        except ValueError as error:
+            yield field, str(error)
+            continue
+        if resource in totals:
+            totals[resource] += amount
+    limits = {"cpu": Decimal(repr(accelerator.allocatable.cpus)),
+              "memory": quantity_value(accelerator.allocatable.memory)}
+    for resource, total in totals.items():
+        if total >= limits[resource]:
+            yield ("allocatable",), (f"{resource} of {limits[resource]} is not above the "
+                                     f"sidecars' requests ({total}): no room for the pod")
+
+
+ACCELERATOR_RULES: tuple[Callable[[Accelerator], Iterator[Finding]], ...] = (
+    check_machine_gpus, check_sidecars,
+)
+
+
+def check_zones(cluster: Cluster, catalog: Catalog) -> Iterator[Finding]:
+    for index, zone in enumerate(cluster.zones):
+        if not zone.startswith(f"{cluster.region}-"):
+            yield ("zones", index), f"{zone!r} is not a zone of the region {cluster.region}"
+    for name, pool in cluster.accelerators.items():
+        if pool.zone not in cluster.zones:
+            yield (("accelerators", name, "zone"),
+                   f"{pool.zone!r} is not one of the cluster's zones: {', '.join(cluster.zones)}")
+
+
+def check_node_pools(cluster: Cluster, catalog: Catalog) -> Iterator[Finding]:
+    """One node pool holds one kind of node: no two accelerators (or the heads) share one."""
+    owner = {cluster.head_pool.name: "head_pool"}
+    for name, pool in cluster.accelerators.items():
+        if pool.node_pool in owner:
+            yield (("accelerators", name, "node_pool"),
+                   f"{pool.node_pool!r} is already the node pool of {owner[pool.node_pool]}")
+        owner.setdefault(pool.node_pool, name)
+
+
+def check_accelerator_pools(cluster: Cluster, catalog: Catalog) -> Iterator[Finding]:
+    for name, pool in cluster.accelerators.items():
+        accelerator = catalog.accelerators.get(name)
+        if accelerator is None:
+            known = ", ".join(sorted(catalog.accelerators))
+            yield ("accelerators", name), f"unknown accelerator; known: {known}"
+        elif len(pool.gpu_networks) != accelerator.gpu_nics:
+            yield (("accelerators", name, "gpu_networks"),
+                   f"{name} nodes have {accelerator.gpu_nics} GPU NICs: list exactly "
+                   f"{accelerator.gpu_nics} networks")
+
+
+def check_teams(cluster: Cluster, catalog: Catalog) -> Iterator[Finding]:
+    """A team key is a label value (Label.TEAM), and one namespace belongs to one team."""
+    owner: dict[str, str] = {}
+    for name, team in cluster.teams.items():
+        if (problem := label_value_problem(name)) is not None:
+            yield ("teams", name), f"a team name becomes a label value: {problem}"
+        if team.namespace in owner:
+            yield (("teams", name, "namespace"),
+                   f"{team.namespace!r} is already the namespace of team {owner[team.namespace]!r}")
+        owner.setdefault(team.namespace, name)
+
+
+def check_head_defaults(cluster: Cluster, catalog: Catalog) -> Iterator[Finding]:
+    pool = cluster.head_pool
+    defaults, limit = pool.head_defaults, pool.allocatable
+    if defaults.cpus > limit.cpus:
+        yield (("head_pool", "head_defaults", "cpus"),
+               f"{defaults.cpus:g}, but a head node can give at most {limit.cpus:g}")
+    if quantity_value(defaults.memory) > quantity_value(limit.memory):
+        yield (("head_pool", "head_defaults", "memory"),
+               f"{defaults.memory}, but a head node can give at most {limit.memory}")
+
+
+CLUSTER_RULES: tuple[Callable[[Cluster, Catalog], Iterator[Finding]], ...] = (
+    check_zones, check_node_pools, check_accelerator_pools, check_teams, check_head_defaults,
+)
+
+
 class Catalog:
-    """All catalog files of a repository, loaded lazily and once."""
+    """All catalog files of a repository, loaded lazily and once; contradictions between
+    their facts are reported with the file and line (CLUSTER_RULES, ACCELERATOR_RULES)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -259,8 +372,14 @@ class Catalog:
 
     @cached_property
     def accelerators(self) -> dict[str, Accelerator]:
-        path = self.root / "platform/catalog/accelerators.yaml"
-        return load_model(Accelerators, path, self.root)[0].accelerators
+        path = self.root / ACCELERATORS_FILE
+        loaded, lines = load_model(Accelerators, path, self.root)
+        found = [((("accelerators", name, *field)), message)
+                 for name, accelerator in loaded.accelerators.items()
+                 for rule in ACCELERATOR_RULES for field, message in rule(accelerator)]
+        if found:
+            raise InvalidInput(_located(ACCELERATORS_FILE, lines, found))
+        return loaded.accelerators
 
     @cached_property
     def images(self) -> dict[str, str]:
@@ -268,40 +387,33 @@ class Catalog:
 
     @cached_property
     def clusters(self) -> dict[str, Cluster]:
-        clusters, problems = {}, []
+        clusters, problems = {}, self._misnamed_cluster_files()
         for path in sorted((self.root / "clusters").glob("*.yaml")):
             cluster, lines = load_model(Cluster, path, self.root)
-            problems += [
-                Problem(_display(path, self.root), line_of(lines, field), ".".join(map(str, field)),
-                        message)
-                for field, message in self._cluster_problems(cluster, path.stem)
-            ]
+            found = [(("name",), f"must equal the file name {path.stem!r}")
+                     if cluster.name != path.stem else None]
+            found += [finding for rule in CLUSTER_RULES for finding in rule(cluster, self)]
+            problems += _located(_display(path, self.root), lines, [f for f in found if f])
             clusters[cluster.name] = cluster
         if problems:
             raise InvalidInput(problems)
         return clusters
 
-    def _cluster_problems(self, cluster: Cluster, stem: str) -> list[tuple[FieldPath, str]]:
-        """Cross-file rules: names, offered accelerators, one GPU network per GPU NIC."""
-        found: list[tuple[FieldPath, str]] = []
-        if cluster.name != stem:
-            found.append((("name",), f"must equal the file name {stem!r}"))
-        for name, pool in cluster.accelerators.items():
-            accelerator = self.accelerators.get(name)
-            if accelerator is None:
-                known = ", ".join(sorted(self.accelerators))
-                found.append((("accelerators", name), f"unknown accelerator; known: {known}"))
-            elif len(pool.gpu_networks) != accelerator.gpu_nics:
-                found.append((("accelerators", name, "gpu_networks"),
-                              f"{name} nodes have {accelerator.gpu_nics} GPU NICs: list exactly "
-                              f"{accelerator.gpu_nics} networks"))
-        return found
+    def _misnamed_cluster_files(self) -> list[Problem]:
+        """A cluster file that `*.yaml` would miss (`.yml`, `.YAML`) is reported, not ignored."""
+        folder = self.root / "clusters"
+        paths = sorted(folder.iterdir()) if folder.is_dir() else []
+        return [Problem(_display(p, self.root), None, "", "cluster files end in .yaml; "
+                        "this one is not read") for p in paths
+                if p.suffix.lower() in (".yaml", ".yml") and p.suffix != ".yaml"]
 
     def load_all(self) -> None:
         """Parse every catalog file now (before forking render workers)."""
         _ = self.platform, self.accelerators, self.images, self.clusters
 
     def files(self) -> list[Path]:
-        """Every catalog file, for cache keys and change detection."""
+        """Every catalog file, for cache keys and change detection. A file that may not be
+        read (a FIFO, a symlink out of the repository) is left out: loading reports it."""
         catalog = sorted((self.root / "platform/catalog").glob("*.yaml"))
-        return catalog + sorted((self.root / "clusters").glob("*.yaml"))
+        paths = catalog + sorted((self.root / "clusters").glob("*.yaml"))
+        return [path for path in paths if refusal(path, self.root) is None]

@@ -20,7 +20,7 @@ class KindTraits:
     roles: tuple[Role, ...]  # the pods it makes; the GPU pods are `gpu_role`
     needs_cmd: bool
     persistent: bool  # lives until its owner deletes it (seed §4.3)
-    fetches_working_dir: bool  # Ray downloads a gs://… working_dir on every node
+    fetches_working_dir: bool  # Ray downloads a gs://… working_dir (a RayJob's runtime_env)
     # Optional spec fields that mean nothing for this kind, with what to do instead.
     refuses: tuple[tuple[str, str], ...] = ()
 
@@ -45,7 +45,8 @@ KINDS: dict[str, KindTraits] = {
     JobKind.RAYCLUSTER: KindTraits(
         JobKind.RAYCLUSTER, "raycluster.yaml.j2", "ray.io/v1", "RayCluster", 53,
         (Role.HEAD, Role.WORKER, Role.SENTINEL),
-        needs_cmd=False, persistent=True, fetches_working_dir=True,
+        # A RayCluster has no runtime_env: jobs submitted to it bring their own.
+        needs_cmd=False, persistent=True, fetches_working_dir=False,
         refuses=(
             ("cmd", "a raycluster runs no command; submit work to it with `ray job submit`"),
             ("retries", "a raycluster is not retried; KubeRay replaces failed pods"),

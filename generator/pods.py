@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,11 +56,17 @@ def _container(job: ResolvedJob, role: Role, on_gpu: bool) -> ContainerPlan:
     return ContainerPlan(
         CONTAINER[role], job.image,
         {"cpu": job.head_cpus, "memory": job.head_memory} if head else job.pod_resources,
-        command=shlex.split(job.spec.cmd or "") if role == Role.JOB else None,
+        command=shell_command(job.spec.cmd) if role == Role.JOB else None,
         working_dir=job.container_working_dir,
         env=_env(job, role, on_gpu),
         ports=RAY_HEAD_PORTS if head else None,
     )
+
+
+def shell_command(cmd: str | None) -> list[str]:
+    """A Job runs its cmd as Ray runs a RayJob's entrypoint: one shell command line, so that
+    `cmd` means the same for every kind (pipes, `&&` and `$VAR` work in both)."""
+    return ["/bin/sh", "-c", cmd or ""]
 
 
 def _env(job: ResolvedJob, role: Role, on_gpu: bool) -> list[dict[str, Any]]:

@@ -1,150 +1,269 @@
 """`render_tree`, one straight line: catalog + specs → resolved jobs → manifests → files.
 
-Nothing touches the disk here (see `generator.output`). A content-addressed cache keeps each
-spec's rendered documents, so a render after a one-spec change re-renders one spec.
+Nothing touches the disk here but the render cache (`generator.output` writes the tree). The
+cache keeps every job's output file and the files the catalog alone decides, so a render
+after a one-spec change renders one spec, and a render after none renders nothing. The
+renderer's own modules (catalog models, templates, platform producers) are imported only
+when something must be rendered: importing them takes longer than a cached render.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from generator.cache import Entry, RenderCache, digest, file_digest
-from generator.catalog import Catalog
-from generator.errors import InvalidInput, Problem
-from generator.manifests import render_documents, render_job
-from generator.paths import HEADER, component_dir, job_path, overlay_dir
-from generator.platform import produce_platform
-from generator.resolve import ResolvedJob, assemble, resolve
-from generator.specs import load_spec, spec_files
-from generator.tree import Producer, RenderContext, RenderedJob, Tree
-from generator.yamlio import dump_documents
+from generator.cache import (
+    Details,
+    RenderCache,
+    Summary,
+    digest,
+    file_digest,
+    read_own,
+    store_details,
+)
+from generator.errors import BadRequest, InvalidInput, Problem
+from generator.lock import tree_lock
+from generator.paths import HEADER, component_dir, overlay_dir
+from generator.tree import Documents, RenderContext, RenderedJob, Tree
+
+if TYPE_CHECKING:
+    from generator.catalog import Catalog
+    from generator.resolve import ResolvedJob
 
 # Below this many uncached specs, rendering in one process beats starting workers.
 PARALLEL_THRESHOLD = 200
+CACHE_WAIT_S = 2.0
+CatalogOf = Callable[[], "Catalog"]
 
 
 @dataclass(frozen=True)
 class Fresh:
-    """A spec rendered in this run: its cache entry, and its resolved job unless a worker
-    process rendered it (catalog objects are not sent back; the parent re-attaches them)."""
+    """A spec rendered in this run: what the cache keeps of it, and its resolved job unless a
+    worker process rendered it (catalog objects are not sent back; they are rebuilt). A
+    worker that has a cache writes the details there itself, sending back only the summary:
+    the parent of a cold render is its bottleneck, and documents are the bulk of a result."""
 
-    entry: Entry
+    summary: Summary
+    details: Details | None
     job: ResolvedJob | None
 
 
-def render_jobs(root: Path, catalog: Catalog, cache: RenderCache | None) -> list[RenderedJob]:
+@dataclass(frozen=True)
+class CatalogPart:
+    """The files the catalog alone decides, and the components each overlay includes."""
+
+    files: dict[str, str]
+    manifests: dict[str, Documents]
+    overlays: dict[str, list[str]]
+
+
+def render_tree(root: Path, catalog: Catalog | None = None, use_cache: bool = True) -> Tree:
+    """Render everything in memory; the cache (if used) is saved only after success."""
+    render_cache = RenderCache(root) if use_cache else None
+    catalog_of = cache(lambda: catalog or _new_catalog(root))
+    part_of = cache(lambda: _catalog_part(root, catalog_of, render_cache))
+    rendered = render_jobs(root, catalog_of, render_cache, meanwhile=part_of)
+    part = part_of()
+    tree = Tree()
+    for path, text in part.files.items():
+        tree.files[path] = text
+        if path in part.manifests:
+            tree.manifests[path] = part.manifests[path]
+    for job in rendered:
+        tree.add_job(job)
+    _add_kustomizations(tree, part.overlays)
+    if render_cache:
+        _save(root, render_cache)
+    return tree
+
+
+def _save(root: Path, render_cache: RenderCache) -> None:
+    """Save under the tree's lock, but wait little: the cache is disposable, and a render
+    that cannot save it (a read-only checkout, a long write by another gkr) still renders."""
+    try:
+        with tree_lock(root, wait_s=CACHE_WAIT_S, reading=True) as held:
+            if held:
+                render_cache.save()
+    except BadRequest:  # busy, or no lock to be had
+        return
+
+
+def _new_catalog(root: Path) -> Catalog:
+    from generator.catalog import Catalog
+
+    return Catalog(root)
+
+
+def spec_key(path: Path) -> str | None:
+    """A spec's cache key: its path and bytes (None for a link, which is never cached)."""
+    data = read_own(path)
+    return digest(path.as_posix().encode(), data) if data is not None else None
+
+
+def render_jobs(root: Path, catalog_of: CatalogOf, render_cache: RenderCache | None,
+                meanwhile: Callable[[], object] = lambda: None) -> list[RenderedJob]:
     """Resolve and render every spec under jobs/; reports the problems of all specs at once.
 
-    Cached specs are rebuilt cheaply; the others are rendered, on every core when there are
-    many (a cold render of a large repository is CPU-bound Python)."""
+    Cached specs cost a lookup; the others are rendered, on every core when there are many
+    (a cold render of a large repository is CPU-bound Python). While workers render, this
+    process does `meanwhile`."""
+    from generator.specs import spec_files
+
     paths = spec_files(root)
-    keys = [digest(p.as_posix().encode(), p.read_bytes()) for p in paths]
-    cached = {k: e for k in keys if cache and (e := cache.get(k)) is not None}
+    keys = [spec_key(path) for path in paths]
+    cached = {k: s for k in keys if k and render_cache and (s := render_cache.get(k))}
     missing = [(p, k) for p, k in zip(paths, keys, strict=True) if k not in cached]
-    outcomes = _render_all([p for p, _ in missing], root, catalog)
+    outcomes = _render_all(missing, root, catalog_of, render_cache, meanwhile) if missing else []
     problems = [p for outcome in outcomes if isinstance(outcome, list) for p in outcome]
     if problems:
         raise InvalidInput(problems)
-    fresh = {k: made for (_, k), made in zip(missing, outcomes, strict=True)
+    fresh = {p: made for (p, _), made in zip(missing, outcomes, strict=True)
              if isinstance(made, Fresh)}
-    if cache:
-        for key, made in fresh.items():
-            cache.put(key, made.entry)
-    return [_rendered(path, root, fresh.get(key) or Fresh(cached[key], None), catalog)
-            for path, key in zip(paths, keys, strict=True)]
+    for path, key in missing:
+        if render_cache and key:
+            render_cache.put(key, fresh[path].summary, fresh[path].details)
+    return [_rendered(path, root, key, fresh.get(path), cached.get(key or ""), catalog_of,
+                      render_cache) for path, key in zip(paths, keys, strict=True)]
 
 
-def _rendered(path: Path, root: Path, made: Fresh, catalog: Catalog) -> RenderedJob:
-    """A rendered spec with its resolved job (rebuilt from the cached spec when needed)."""
-    entry = made.entry
-    job = made.job or assemble(entry.spec, entry.team, path.relative_to(root).as_posix(),
-                               entry.user_env, catalog)
-    return RenderedJob(job, job_path(job), entry.documents, entry.text)
+def _rendered(path: Path, root: Path, key: str | None, made: Fresh | None,
+              summary: Summary | None, catalog_of: CatalogOf,
+              render_cache: RenderCache | None) -> RenderedJob:
+    """A job's output file; its resolved job and documents are rebuilt only when asked for."""
+    summary = made.summary if made else summary
+    assert summary is not None
+
+    def details() -> tuple[ResolvedJob, Documents]:
+        if made and made.job and made.details:
+            return made.job, made.details.documents
+        kept = made.details if made and made.details else None
+        if kept is None and render_cache and key:
+            kept = render_cache.details(key)
+        if kept is None:  # the cache lost this job's details: render it again
+            return _rerender(path, root, catalog_of())
+        from generator.resolve import assemble
+
+        job = assemble(kept.spec, kept.team, summary.source, kept.user_env, catalog_of())
+        return job, kept.documents
+
+    return RenderedJob(summary.path, summary.text, summary.source, details)
 
 
-def _render_all(paths: list[Path], root: Path, catalog: Catalog) -> list[Fresh | list[Problem]]:
-    workers = min(os.cpu_count() or 1, len(paths) // (PARALLEL_THRESHOLD // 2))
-    if len(paths) < PARALLEL_THRESHOLD or workers < 2:
-        return [_render_spec(path, root, catalog) for path in paths]
+def _rerender(path: Path, root: Path, catalog: Catalog) -> tuple[ResolvedJob, Documents]:
+    made = _render_spec(path, root, catalog)
+    if isinstance(made, list):
+        raise InvalidInput(made)
+    assert made.job is not None and made.details is not None
+    return made.job, made.details.documents
+
+
+def _render_all(missing: list[tuple[Path, str | None]], root: Path, catalog_of: CatalogOf,
+                render_cache: RenderCache | None, meanwhile: Callable[[], object],
+                ) -> list[Fresh | list[Problem]]:
+    catalog = catalog_of()
+    workers = min(os.cpu_count() or 1, len(missing) // (PARALLEL_THRESHOLD // 2))
+    if len(missing) < PARALLEL_THRESHOLD or workers < 2:
+        return [_render_spec(path, root, catalog) for path, _ in missing]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     catalog.load_all()  # forked workers inherit the parsed catalog
+    folder = render_cache.folder if render_cache else None
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
-                             initializer=_adopt, initargs=(root, catalog)) as pool:
-        return list(pool.map(_render_in_worker, paths, chunksize=32))
+                             initializer=_adopt, initargs=(root, catalog, folder)) as pool:
+        results = pool.map(_render_in_worker, missing, chunksize=32)  # submits everything
+        meanwhile()
+        return list(results)
 
 
-_WORKER: tuple[Path, Catalog] | None = None
+_WORKER: tuple[Path, Catalog, Path | None] | None = None
 
 
-def _adopt(root: Path, catalog: Catalog) -> None:
+def _adopt(root: Path, catalog: Catalog, cache_folder: Path | None) -> None:
     global _WORKER
-    _WORKER = (root, catalog)
+    _WORKER = (root, catalog, cache_folder)
 
 
-def _render_in_worker(path: Path) -> Fresh | list[Problem]:
+def _render_in_worker(item: tuple[Path, str | None]) -> Fresh | list[Problem]:
     assert _WORKER is not None
-    made = _render_spec(path, *_WORKER)
-    return Fresh(made.entry, None) if isinstance(made, Fresh) else made
+    (path, key), (root, catalog, cache_folder) = item, _WORKER
+    made = _render_spec(path, root, catalog)
+    if isinstance(made, list):
+        return made
+    if cache_folder and key and made.details:
+        store_details(cache_folder, key, made.details)
+        return Fresh(made.summary, None, None)
+    return Fresh(made.summary, made.details, None)
 
 
 def _render_spec(path: Path, root: Path, catalog: Catalog) -> Fresh | list[Problem]:
     """One spec rendered from scratch, as a cache entry (or its problems)."""
+    from generator.manifests import render_job
+    from generator.paths import job_path
+    from generator.resolve import resolve
+    from generator.specs import load_spec
+    from generator.yamlio import dump_documents
+
     try:
         loaded = load_spec(path, root)
         job = resolve(loaded, catalog)
+        documents = render_job(job)  # refuses objects too large for the API server
     except InvalidInput as error:
         return error.problems
-    documents = render_job(job)
     text = HEADER.format(source=job.source) + dump_documents(documents)
     env_file = path.parent / job.spec.env_file if job.spec.env_file else None
     dependencies = {str(env_file): file_digest(env_file)} if env_file else {}
-    entry = Entry(job.spec, loaded.source.team, job.user_env, documents, text, dependencies)
-    return Fresh(entry, job)
-
-
-def produce_jobs(ctx: RenderContext, tree: Tree) -> None:
-    for rendered in ctx.rendered:
-        tree.add(rendered.path, rendered.documents, rendered.job.source, rendered.text)
+    summary = Summary(job_path(job), text, job.source, dependencies)
+    return Fresh(summary, Details(job.spec, loaded.source.team, job.user_env, documents), job)
 
 
 def produce_base(ctx: RenderContext, tree: Tree) -> None:
     """Cluster-wide objects every overlay shares: the two priority tiers (seed §4.2)."""
+    from generator.manifests import render_documents
+
     priorities = ctx.catalog.platform.priorities
     documents = render_documents("base/priorities.yaml.j2", priorities=priorities)
     tree.add("kustomize/base/priorities.yaml", documents, "platform/catalog/gke.yaml")
 
 
-PRODUCERS: list[Producer] = [produce_base, produce_jobs, produce_platform]
+def catalog_producers() -> list[Callable[[RenderContext, Tree], None]]:
+    """Producers of the files the catalog alone decides. They see no jobs (`ctx.rendered` is
+    empty): their output is cached by the catalog's fingerprint, not by any spec."""
+    from generator.platform import produce_platform
+
+    return [produce_base, produce_platform]
 
 
-def render_tree(root: Path, catalog: Catalog | None = None, use_cache: bool = True) -> Tree:
-    """Render everything in memory; the cache (if used) is saved only after success."""
-    catalog = catalog or Catalog(root)
-    cache = RenderCache(root, catalog.files()) if use_cache else None
-    ctx = RenderContext(root, catalog, render_jobs(root, catalog, cache))
-    tree = Tree(jobs=ctx.jobs)
-    for produce in PRODUCERS:
-        produce(ctx, tree)
-    _add_kustomizations(tree, catalog)
-    if cache:
-        cache.save()
-    return tree
+def _catalog_part(root: Path, catalog_of: CatalogOf,
+                  render_cache: RenderCache | None) -> CatalogPart:
+    found = render_cache.catalog_part() if render_cache else None
+    if isinstance(found, CatalogPart):
+        return found
+    catalog = catalog_of()
+    tree = Tree()
+    for produce in catalog_producers():
+        produce(RenderContext(root, catalog, []), tree)
+    overlays = {overlay_dir(name): [
+        os.path.relpath(component_dir(accelerator), overlay_dir(name))
+        for accelerator in sorted(cluster.accelerators)
+        if f"{component_dir(accelerator)}/kustomization.yaml" in tree.files
+    ] for name, cluster in catalog.clusters.items()}
+    part = CatalogPart(tree.files, dict(tree.manifests), overlays)
+    if render_cache:
+        render_cache.put_catalog_part(part)
+    return part
 
 
-def _add_kustomizations(tree: Tree, catalog: Catalog) -> None:
+def _add_kustomizations(tree: Tree, overlays: dict[str, list[str]]) -> None:
     """kustomization.yaml files derived from the files present: nothing to keep in sync."""
+    from generator.yamlio import dump_documents
+
     folders: dict[str, tuple[list[str], list[str]]] = {"kustomize/base": ([], [])}
-    for name, cluster in catalog.clusters.items():
-        components = [
-            os.path.relpath(component_dir(accel), overlay_dir(name))
-            for accel in sorted(cluster.accelerators)
-            if f"{component_dir(accel)}/kustomization.yaml" in tree.files
-        ]
-        folders[overlay_dir(name)] = (["../../base"], components)
+    folders |= {folder: (["../../base"], components) for folder, components in overlays.items()}
     for folder, (resources, components) in folders.items():
         resources = resources + sorted(
             path.removeprefix(folder + "/") for path in tree.files
@@ -156,5 +275,3 @@ def _add_kustomizations(tree: Tree, catalog: Catalog) -> None:
             document["components"] = components
         tree.files[f"{folder}/kustomization.yaml"] = (
             HEADER.format(source="the files beside it") + dump_documents([document]))
-
-

@@ -10,16 +10,18 @@ import json
 import math
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from generator.catalog import Accelerator, AcceleratorPool, Catalog, Cluster, Platform, Priority
 from generator.errors import InvalidInput, Problem
 from generator.kinds import KINDS, KindTraits
+from generator.names import env_name_problem, env_value_problem
 from generator.rules import URI, Context, findings
 from generator.spec import JobSpec
-from generator.specs import LoadedSpec
+from generator.specs import LoadedSpec, SpecSource, display_path
 from generator.units import format_cpus, parse_duration, quantity_value
-from generator.yamlio import load_document
+from generator.yamlio import LineMap, load_document, read_input, refusal
 from runtime.identity import Annotation, Env, JobKind, Taint, Workload
 from runtime.pods import GpuHost
 
@@ -186,22 +188,38 @@ def _environment(loaded: LoadedSpec, problems: list[Problem]) -> dict[str, str]:
     spec, source = loaded.spec, loaded.source
     if not spec.env_file:
         return dict(spec.env)
-    base = source.path.parent if source.path else None
-    path = (base / spec.env_file) if base else None
-    if path is None or not path.is_file():
-        problems.append(source.problem(("env_file",), f"{spec.env_file!r} not found"))
-        return dict(spec.env)
     try:
-        data, _ = load_document(path, str(path))
+        data, lines, display = _env_file(spec.env_file, source)
     except InvalidInput as error:
         problems.extend(error.problems)
         return dict(spec.env)
-    if not isinstance(data, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
-    ):
-        problems.append(Problem(str(path), 1, "", "an env file maps NAME: \"string value\""))
+    if data is not None and not isinstance(data, dict):
+        problems.append(Problem(display, 1, "", "an env file maps NAME: \"string value\""))
         return dict(spec.env)
-    return {**data, **spec.env}
+    for name, value in (data or {}).items():
+        why = env_name_problem(name) or env_value_problem(value)
+        if why is not None:
+            problems.append(Problem(display, lines.get((name,)), str(name), why))
+    return {**(data or {}), **spec.env}
+
+
+def _env_file(value: str, source: SpecSource) -> tuple[Any, LineMap, str]:
+    """Read the env file a spec names. From a spec file it is a relative path that stays in
+    the repository (its values land in committed manifests); a file named with --env on the
+    command line may be anywhere."""
+    from_flags = "env_file" in source.flags
+    root = source.root or Path.cwd()
+    if not from_flags and (source.path is None or Path(value).is_absolute()):
+        raise InvalidInput([source.problem(("env_file",), (
+            f"{value!r}: an env file is a path relative to the spec file, inside the "
+            "repository"))])
+    path = Path(value) if source.path is None else source.path.parent / value
+    display = display_path(path, root)
+    why = refusal(path, root, anywhere=from_flags)
+    if why is not None:
+        raise InvalidInput([source.problem(("env_file",), f"{value!r}: {why}")])
+    data, lines = load_document(display, read_input(path, root, display, anywhere=from_flags))
+    return data, lines, display
 
 
 def _reservation(spec: JobSpec) -> dict[str, str]:
@@ -213,7 +231,7 @@ def _reservation(spec: JobSpec) -> dict[str, str]:
 
 
 def _is_uri(value: str | None) -> bool:
-    return bool(value and URI.match(value))
+    return bool(value and URI.fullmatch(value))
 
 
 def _runtime_env(spec: JobSpec) -> str | None:

@@ -12,19 +12,20 @@ from dataclasses import dataclass
 
 from generator.catalog import PINNED_IMAGE, Accelerator, AcceleratorPool, Catalog, Cluster
 from generator.kinds import KINDS
+from generator.names import (
+    DNS_1035,
+    env_name_problem,
+    env_value_problem,
+    label_value_problem,
+    qualified_name_problem,
+)
 from generator.spec import JobSpec
 from generator.units import quantity_value
 from runtime.identity import DOMAIN
 
 Finding = tuple[tuple[str | int, ...], str]
 
-DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
-URI = re.compile(r"^(gs|https|s3|file)://\S+$")  # file://: a shared filesystem (Ray)
+URI = re.compile(r"(gs|https|s3|file)://\S+")  # file://: a shared filesystem (Ray)
 RESERVED_LABEL_PREFIXES = (f"{DOMAIN}/", "kueue.x-k8s.io/", "ray.io/", "app.kubernetes.io/")
 
 
@@ -51,7 +52,7 @@ class Context:
 
 def check_name(ctx: Context) -> Iterator[Finding]:
     spec, limit = ctx.spec, KINDS[ctx.spec.kind].name_limit
-    if not DNS_1035.match(spec.name):
+    if not DNS_1035.fullmatch(spec.name):
         yield ("name",), (f"{spec.name!r} is not a DNS-1035 label: lower-case letters, digits "
                           "and '-', starting with a letter")
     if len(spec.name) > limit:
@@ -132,7 +133,7 @@ def check_head(ctx: Context) -> Iterator[Finding]:
 
 def check_image(ctx: Context) -> Iterator[Finding]:
     image = ctx.spec.image
-    if image in ctx.catalog.images or re.match(PINNED_IMAGE, image):
+    if image in ctx.catalog.images or re.fullmatch(PINNED_IMAGE, image):
         return
     names = ", ".join(sorted(ctx.catalog.images))
     yield ("image",), (f"{image!r} is not pinned: use a catalog name ({names}) or "
@@ -147,42 +148,50 @@ def check_kind_fields(ctx: Context) -> Iterator[Finding]:
     for name, instead in traits.refuses:
         if name in spec.model_fields_set:
             yield (name,), instead
-    if spec.working_dir and URI.match(spec.working_dir) and not traits.fetches_working_dir:
+    if spec.working_dir and URI.fullmatch(spec.working_dir) and not traits.fetches_working_dir:
         yield ("working_dir",), (f"a {spec.kind} cannot fetch a remote working_dir; "
                                  "use a path in the image")
 
 
-def check_lifetime(ctx: Context) -> Iterator[Finding]:
+def check_rack_affinity(ctx: Context) -> Iterator[Finding]:
+    """Rack affinity is a pod affinity among the GPU pods; where there are none to keep
+    together it cannot act, and is refused rather than dropped."""
     spec = ctx.spec
-    if spec.rack_affinity and spec.pods < 2:
+    if spec.rack_affinity is None:
+        return
+    if spec.accelerator is None:
+        yield ("rack_affinity",), "keeps GPU pods together; a CPU-only job has none"
+    elif spec.pods < 2:
         yield ("rack_affinity",), "needs more than one pod to keep together"
 
 
 def check_environment(ctx: Context) -> Iterator[Finding]:
     spec = ctx.spec
-    for name in spec.env:
-        if not ENV_NAME.match(name):
-            yield ("env", name), "not a valid variable name: letters, digits and '_'"
-        elif name.startswith("GKR_"):
-            yield ("env", name), "GKR_* variables are set by GKR"
-    if spec.working_dir and not (spec.working_dir.startswith("/") or URI.match(spec.working_dir)):
+    for name, value in spec.env.items():
+        problem = env_name_problem(name) or env_value_problem(value)
+        if problem:
+            yield ("env", name), problem
+    working_dir = spec.working_dir
+    if working_dir and not (working_dir.startswith("/") or URI.fullmatch(working_dir)):
         yield ("working_dir",), ("an absolute path in the image, or a gs://, s3://, https:// or "
                                  "file:// URI")
 
 
 def check_labels(ctx: Context) -> Iterator[Finding]:
     for key, value in ctx.spec.labels.items():
-        if not LABEL_KEY.match(key) or len(key.split("/")[-1]) > 63:
-            yield ("labels", key), "not a valid label key ([prefix/]name, name ≤ 63 characters)"
-        elif key.startswith(RESERVED_LABEL_PREFIXES):
-            yield ("labels", key), f"prefixes {', '.join(RESERVED_LABEL_PREFIXES)} are reserved"
-        if not LABEL_VALUE.match(value) or len(value) > 63:
-            yield ("labels", key), f"{value!r} is not a valid label value (≤ 63 of [-A-Za-z0-9_.])"
+        problem = qualified_name_problem(key)
+        if problem is None and key.startswith(RESERVED_LABEL_PREFIXES):
+            problem = f"prefixes {', '.join(RESERVED_LABEL_PREFIXES)} are reserved"
+        if problem:
+            yield ("labels", key), problem
+        if (problem := label_value_problem(value)) is not None:
+            yield ("labels", key), problem
 
 
 RULES: tuple[Callable[[Context], Iterator[Finding]], ...] = (
     check_name, check_cluster_and_team, check_accelerator, check_gpus, check_pod_size,
-    check_head, check_image, check_kind_fields, check_lifetime, check_environment, check_labels,
+    check_head, check_image, check_kind_fields, check_rack_affinity, check_environment,
+    check_labels,
 )
 
 

@@ -6,14 +6,32 @@ fact is resolved later from the catalog (see `generator.resolve`).
 
 from __future__ import annotations
 
-from typing import Literal
+import shlex
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from generator.units import CpuCount, Duration, Quantity
 
 Kind = Literal["rayjob", "raycluster", "job"]
 KINDS: tuple[Kind, ...] = ("rayjob", "raycluster", "job")
+
+
+def _check_command(value: str) -> str:
+    """A command is one shell command line, the same for every kind (see JobSpec.cmd)."""
+    if not value.strip():
+        raise ValueError("an empty command; give the command line to run")
+    if "\0" in value:
+        raise ValueError("a NUL character cannot be part of a command line")
+    try:
+        # POSIX shell quoting, as /bin/sh reads it; comments may hold any quote.
+        shlex.split(value, comments=True)
+    except ValueError as error:
+        raise ValueError(f"not a valid shell command line: {str(error).lower()}") from None
+    return value
+
+
+Command = Annotated[str, AfterValidator(_check_command)]
 
 
 class _Strict(BaseModel):
@@ -49,7 +67,7 @@ class JobSpec(_Strict):
     """rayjob (temporary RayCluster, torn down at the end), raycluster (persistent), or job."""
     cluster: str
     """Target cluster: the name of a file in clusters/."""
-    owner: str = Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+    owner: str = Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$", max_length=254)
     """E-mail of the person responsible; notified by Warden before preemptible jobs drain."""
     namespace: str | None = None
     """Team namespace (default: the namespace of the team folder in the cluster catalog)."""
@@ -65,8 +83,8 @@ class JobSpec(_Strict):
     """Accelerator type from platform/catalog/accelerators.yaml (none: a CPU-only job)."""
     image: str
     """Image: a name from platform/catalog/images.yaml or a reference pinned with @sha256."""
-    cmd: str | None = None
-    """Command to run (the RayJob entrypoint or the Job's command); optional for raycluster."""
+    cmd: Command | None = None
+    """Shell command line, run by /bin/sh -c: the RayJob entrypoint or the Job's command."""
     working_dir: str | None = None
     """Working directory: an absolute path in the image, or a gs:// / https:// archive URI."""
     env_file: str | None = None

@@ -1,15 +1,26 @@
-"""The Typer application shared by every command module, and the error boundary."""
+"""The Typer application shared by every command module, and the error boundary.
+
+Kept light on purpose: `gkr --help` and TAB completion import this module, typer and the
+command modules' signatures only. Each command imports the library it calls in its body.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from generator.errors import GkrError
 from runtime.errors import RuntimeFailure
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+CANCELLED = 130
+"""Exit code of a command the user stopped: Ctrl-C, or a confirmation answered no or closed."""
 
 app = typer.Typer(
     name="gkr",
@@ -17,19 +28,98 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
 )
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-out_console = Console(highlight=False, soft_wrap=True)
+RootOption = Annotated[
+    Path | None, typer.Option("--root", help="Repository root (default: found from the cwd).")
+]
+
+
+class Printer:
+    """Prints text verbatim to stdout or stderr: never Rich markup, emoji codes or wrapping,
+    so `train[v2].yaml` or `image: "foo[/]"` print as written. Rich renderables (a table on a
+    terminal) go through a Rich console made on first use, so plain commands never import Rich.
+    """
+
+    def __init__(self, stderr: bool = False) -> None:
+        self.stderr = stderr
+
+    @property
+    def stream(self) -> TextIO:
+        # Looked up at each call: test runners and `contextlib.redirect_stdout` swap it.
+        return sys.stderr if self.stderr else sys.stdout
+
+    def is_terminal(self) -> bool:
+        return self.stream.isatty()
+
+    def print(self, *values: object, end: str = "\n") -> None:
+        if all(isinstance(value, str) for value in values):
+            self.stream.write(" ".join(str(value) for value in values) + end)
+        else:
+            self.rich().print(*values, end=end)
+
+    def rich(self) -> Console:
+        from rich.console import Console
+
+        return Console(file=self.stream, highlight=False, markup=False, emoji=False,
+                       soft_wrap=True)
+
+
+err_console = Printer(stderr=True)
+out_console = Printer()
+
+
+def color(text: str, code: str, stream: TextIO) -> str:
+    """`text` in an ANSI colour on a terminal (unless NO_COLOR is set), else as it is."""
+    if not stream.isatty() or "NO_COLOR" in os.environ:
+        return text
+    return f"\x1b[{code}m{text}\x1b[0m"
+
+
+def confirm(question: str) -> bool:
+    """Ask yes/no; Ctrl-C or the end of input cancels the command (exit code 130)."""
+    try:
+        return typer.confirm(question)
+    except typer.Abort:
+        raise typer.Exit(CANCELLED) from None
+
+
+def cancelled(what: str) -> typer.Exit:
+    """The exit of a command whose confirmation the user declined."""
+    err_console.print(f"cancelled: {what}")
+    return typer.Exit(CANCELLED)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        out_console.print(f"gkr {version('gkr')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+    "--version", help="Print gkr's version and exit.", is_eager=True, callback=_version,
+)] = False) -> None:
+    """GKR: render, validate and run training jobs on GKE with Ray."""
+
+
+def report(error: GkrError | RuntimeFailure) -> int:
+    """Print a typed error as `error: message` and return its category's exit code."""
+    prefix = color("error:", "1;31", sys.stderr)
+    err_console.print(f"{prefix} {error}")
+    return error.exit_code if isinstance(error, GkrError) else int(error.category)
 
 
 def main() -> None:
     """Console-script entry point: the library's and the runtime's typed errors become a
     message (never a traceback) and the exit code of their category."""
     try:
-        app()
+        app(prog_name="gkr")
     except (GkrError, RuntimeFailure) as error:
-        err_console.print(f"[bold red]error:[/] {escape(str(error))}", markup=True)
-        sys.exit(error.exit_code if isinstance(error, GkrError) else int(error.category))
+        sys.exit(report(error))
     except KeyboardInterrupt:
         err_console.print("interrupted")
-        sys.exit(130)
+        sys.exit(CANCELLED)

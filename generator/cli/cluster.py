@@ -1,130 +1,209 @@
 """`gkr submit/list/status/logs/delete/shell/cp/port-forward/check`: thin commands over
-`generator.cluster` (flags -> frozen request -> one call)."""
+`generator.cluster` (flags -> frozen request -> one call).
+
+Each command imports the library in its body, so `gkr --help` and TAB completion stay fast.
+`--cluster` and `--namespace` default as kubectl-ray's do: the job's spec in jobs/, then the
+current kube context (see `generator.cluster.target`).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
 
-from generator.catalog import Catalog, Cluster
-from generator.cli._app import app, err_console, out_console
-from generator.cli._output import Output, OutputOption, emit
-from generator.cluster import (
-    SubmitRequest,
-    apply_all,
-    delete_job,
-    job_status,
-    list_jobs,
-    prepare,
-)
-from generator.cluster import manifests as render_manifests
-from generator.cluster.gitops import submit_gitops
-from generator.cluster.kubectl import SERVICES, Kubectl, main_container, select_pod
-from generator.cluster.preflight import (
-    described_node,
-    exec_preflight,
-    expected_pods,
-    node_check_job,
-    pod_expectations,
-    run_on_node,
-    wait_running,
-)
-from generator.errors import BadRequest, CheckFailed
-from generator.kinds import KINDS
-from generator.pods import RUNTIME_IMAGE
-from generator.repo import find_root
-from generator.resolve import ResolvedJob
-from generator.spec import Kind
-from runtime.identity import Label, Role, selector
-from runtime.kube import NODE, POD, Kube
+from generator.cli._app import app, cancelled, confirm, err_console, out_console
+from generator.cli._output import Output, OutputOption, age, emit
+from generator.errors import BadRequest
+from runtime.identity import JobKind
 
-ClusterOption = Annotated[str, typer.Option("--cluster", help="Cluster from clusters/.")]
+if TYPE_CHECKING:
+    from generator.cluster.target import Target
+    from generator.resolve import ResolvedJob
+    from runtime.kube import Kube, Obj
+
+
+def _clusters(incomplete: str) -> list[str]:
+    """TAB completion of --cluster: file names in clusters/, nothing parsed."""
+    from generator.repo import find_root
+
+    try:
+        names = [path.stem for path in (find_root() / "clusters").glob("*.yaml")]
+    except BadRequest:
+        return []
+    return sorted(name for name in names if name.startswith(incomplete))
+
+
+ClusterOption = Annotated[str | None, typer.Option(
+    "--cluster", autocompletion=_clusters,
+    help="Cluster from clusters/ (default: the cluster of jobs/<team>/NAME.yaml, else the one "
+         "whose kube_context is the current context).")]
 NamespaceOption = Annotated[str | None, typer.Option(
-    "--namespace", "-n", help="Namespace (default: every team namespace of the cluster).")]
+    "--namespace", "-n",
+    help="Namespace (default: the team namespace of jobs/<team>/NAME.yaml, else the current "
+         "kube context's when it is a team namespace, else the cluster's only team namespace).")]
+ForceOption = Annotated[bool, typer.Option(
+    "--force", help="Act even on a job Argo CD manages (its selfHeal will undo it).")]
+AcceleratorOption = Annotated[str | None, typer.Option(
+    "--accelerator", "--accelerators", help="Accelerator type from the catalog (none: CPU).")]
+JOB_COLUMNS = {"name": "NAME", "kind": "KIND", "namespace": "NAMESPACE", "phase": "PHASE",
+               "created": "AGE", "owner": "OWNER"}
 
 
-def _cluster(name: str) -> tuple[Catalog, Cluster]:
-    catalog = Catalog(find_root())
-    cluster = catalog.clusters.get(name)
-    if cluster is None:
-        known = ", ".join(sorted(catalog.clusters))
-        raise BadRequest(f"--cluster {name!r}: unknown; known: {known}")
-    return catalog, cluster
+def _target(name: str | None, cluster: str | None, namespace: str | None) -> Target:
+    from generator.cluster.target import Asked, find_target
+    from generator.repo import find_root
+
+    return find_target(Asked(find_root(), name, cluster, namespace))
 
 
-def _namespace(cluster: Cluster, namespace: str | None) -> str:
-    if namespace:
-        return namespace
-    if len(cluster.teams) == 1:
-        return next(iter(cluster.teams.values())).namespace
-    raise BadRequest(f"--namespace is needed on {cluster.name}: "
-                     + ", ".join(t.namespace for t in cluster.teams.values()))
+def _connect(target: Target) -> Kube:
+    from runtime.kube import Kube
+
+    return Kube.connect(target.cluster.kube_context)
 
 
 @app.command()
 def submit(
     name: Annotated[str | None, typer.Argument(help="Job name (default: the spec's).")] = None,
-    kind: Annotated[Kind | None, typer.Argument(help="rayjob, raycluster or job.")] = None,
+    kind: Annotated[JobKind | None, typer.Argument(help="rayjob, raycluster or job.")] = None,
     spec_file: Annotated[Path | None, typer.Option("-f", "--file", help="A job spec YAML.")] = None,
-    cluster: Annotated[str | None, typer.Option(help="Target cluster.")] = None,
-    namespace: Annotated[str | None, typer.Option(help="Team namespace.")] = None,
+    cluster: Annotated[str | None, typer.Option(
+        autocompletion=_clusters, help="Target cluster (default: the spec's; without -f, the "
+        "one whose kube_context is the current context).")] = None,
+    namespace: Annotated[str | None, typer.Option(
+        "--namespace", "-n", help="Team namespace (default: the spec's team; without -f, the "
+        "kube context's when it is a team namespace, else the cluster's only one).")] = None,
+    owner: Annotated[str | None, typer.Option(help="E-mail of the job's owner (default: the "
+                                              "spec's; without -f, git config user.email)."
+                                              )] = None,
     pods: Annotated[int | None, typer.Option(help="GPU pods.")] = None,
     gpus: Annotated[int | None, typer.Option(help="GPUs per pod.")] = None,
     cpus: Annotated[float | None, typer.Option(help="CPUs per pod.")] = None,
     memory: Annotated[str | None, typer.Option(help="Memory per pod, e.g. 512Gi.")] = None,
-    accelerators: Annotated[str | None, typer.Option(help="Accelerator type.")] = None,
-    docker_image: Annotated[str | None, typer.Option(help="Image name or pinned ref.")] = None,
+    accelerator: AcceleratorOption = None,
+    image: Annotated[str | None, typer.Option(
+        "--image", "--docker-image", help="Image: a catalog name or repository@sha256:…")] = None,
     working_dir: Annotated[str | None, typer.Option(help="Local folder to ship, or a path/URI."
                                                     )] = None,
-    env: Annotated[Path | None, typer.Option(help="YAML file of environment variables.")] = None,
+    env: Annotated[Path | None, typer.Option(
+        "--env-file", "--env", help="YAML file of environment variables.")] = None,
     preemptible: Annotated[bool | None, typer.Option("--preemptible", help="Low priority."
                                                      )] = None,
     cmd: Annotated[str | None, typer.Option(help="Command to run.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the manifests only.")] = False,
-    gitops: Annotated[bool, typer.Option("--gitops", help="Commit the spec on a new branch."
-                                         )] = False,
+    gitops: Annotated[bool, typer.Option(
+        "--gitops", help="Commit the spec, its env file and its manifests on a new branch "
+        "(the working tree, index and current branch are left alone).")] = False,
+    branch: Annotated[str | None, typer.Option(
+        help="Branch for --gitops (default: gkr/submit-TEAM-NAME); must not exist.")] = None,
+    base: Annotated[str | None, typer.Option(
+        help="Commit the --gitops branch starts from (default: HEAD).")] = None,
     preflight: Annotated[bool, typer.Option(help="Wait for the pods and run the preflight."
                                             )] = True,
     teardown: Annotated[bool | None, typer.Option(
         "--yes/--no", help="On a failed preflight, tear down without asking (--yes) or keep (--no)."
     )] = None,
     timeout: Annotated[int, typer.Option(help="Seconds to wait for the pods.")] = 1800,
+    force: ForceOption = False,
 ) -> None:
     """Submit a rayjob, raycluster or job (flags override -f values), by server-side apply."""
-    values = {"name": name, "kind": kind, "cluster": cluster, "namespace": namespace,
-              "pods": pods, "gpus": gpus, "cpus": cpus, "memory": memory,
-              "accelerator": accelerators, "image": docker_image, "working_dir": working_dir,
-              "env_file": str(env) if env else None, "preemptible": preemptible, "cmd": cmd}
+    from generator.catalog import Catalog
+    from generator.cluster import SubmitRequest, prepare
+    from generator.cluster import manifests as render_manifests
+    from generator.repo import find_root
+
+    values = {"name": name, "kind": kind.value if kind else None, "cluster": cluster,
+              "namespace": namespace, "owner": owner, "pods": pods, "gpus": gpus, "cpus": cpus,
+              "memory": memory, "accelerator": accelerator, "image": image,
+              "working_dir": working_dir, "env_file": str(env) if env else None,
+              "preemptible": preemptible, "cmd": cmd}
     flags = {k: (int(v) if k == "cpus" and float(v).is_integer() else v)
              for k, v in values.items() if v is not None}
+    if (branch or base) and not gitops:
+        raise BadRequest("--branch and --base go with --gitops")
     root = find_root()
+    if spec_file is None:
+        flags |= _flag_defaults(root, flags)
     request = SubmitRequest(flags=flags, spec_file=spec_file, root=root)
     catalog = Catalog(root)
-    job = prepare(request, catalog, upload=not (dry_run or gitops))
+    # A --gitops job runs once merged, so its code archive must be in the store by then.
+    job = prepare(request, catalog, upload=not dry_run)
     documents = render_manifests(job, catalog)
     if dry_run:
+        import yaml
+
         print(yaml.safe_dump_all(documents, sort_keys=False), end="")
     elif gitops:
-        branch, sha = submit_gitops(root, job, env.resolve() if env else None)
-        out_console.print(f"committed {sha[:10]} on branch {branch}: push it and open a PR")
+        from generator.cluster.gitops import referenced_env, submit_gitops
+
+        env_source = env.resolve() if env else referenced_env(job, spec_file)
+        made = submit_gitops(root, job, env_source, branch, base)
+        out_console.print(f"committed {made.commit[:10]} on branch {made.branch} (from "
+                          f"{made.base[:10]}): push it and open a PR")
     else:
-        api = Kube.connect(job.cluster.kube_context)
-        for obj in apply_all(api, documents):
-            meta = obj["metadata"]
-            out_console.print(f"applied {obj['kind']} {meta['namespace']}/{meta['name']} "
-                              f"(resourceVersion {meta['resourceVersion']})")
-        if preflight:
-            _preflight_after_submit(api, job, timeout, teardown)
+        _apply(root, job, documents, force=force, preflight=preflight, timeout=timeout,
+               teardown=teardown)
+
+
+def _flag_defaults(root: Path, flags: dict[str, Any]) -> dict[str, Any]:
+    """For a spec made of flags only: the cluster and namespace as `_target` finds them, and
+    the owner from `git config user.email`, said on stderr."""
+    from generator.cluster.target import Asked, find_target
+
+    target = find_target(Asked(root, None, flags.get("cluster"), flags.get("namespace")))
+    return {"cluster": target.cluster.name, "namespace": target.namespace,
+            "owner": flags.get("owner") or _default_owner(root)}
+
+
+def _default_owner(root: Path) -> str:
+    from generator.cluster.vcs import git_email
+
+    email = git_email(root)
+    if not email:
+        raise BadRequest("--owner is needed: no spec file names one and `git config user.email` "
+                         "is not set")
+    err_console.print(f"owner: {email} (from git config user.email; --owner to change)")
+    return email
+
+
+def _apply(root: Path, job: ResolvedJob, documents: list[Obj], *, force: bool, preflight: bool,
+           timeout: int, teardown: bool | None) -> None:
+    """Server-side apply, refused for a job Argo CD manages unless `force`; then preflight."""
+    from generator.cluster import apply_all
+    from generator.cluster.argocd import refuse_if_managed
+    from runtime.kube import Kube
+
+    api = Kube.connect(job.cluster.kube_context)
+    if not force:
+        top = api.kind(job.traits.api_version, job.traits.object_kind)
+        live = api.find(top, job.name, namespace=job.namespace)
+        refuse_if_managed(root, job.cluster.name, job.namespace, job.name, live, "apply")
+    for obj in apply_all(api, documents):
+        meta = obj["metadata"]
+        out_console.print(f"applied {obj['kind']} {meta['namespace']}/{meta['name']} "
+                          f"(resourceVersion {meta['resourceVersion']})")
+    if preflight:
+        _preflight_after_submit(api, job, timeout, teardown)
 
 
 def _preflight_after_submit(api: Kube, job: ResolvedJob, timeout: int,
                             teardown: bool | None) -> None:
     """Seed §2.4: check the placed pods; on a fault offer to tear the job down."""
+    from generator.cluster import delete_job
+    from generator.cluster.kubectl import Kubectl
+    from generator.cluster.preflight import (
+        exec_preflight,
+        expected_pods,
+        pod_expectations,
+        wait_running,
+    )
+    from generator.errors import CheckFailed
+    from runtime.identity import Label, Role
+
     pods = wait_running(api, job.namespace, job.name, expected_pods(job), timeout,
-                        lambda line: err_console.print(line))
+                        err_console.print)
     kubectl = Kubectl(job.cluster.kube_context, job.namespace)
     expect = pod_expectations(job)
     results = [exec_preflight(kubectl, pod, expect) for pod in pods
@@ -133,7 +212,7 @@ def _preflight_after_submit(api: Kube, job: ResolvedJob, timeout: int,
         _report(results, Output.table)
     except CheckFailed:
         if teardown is None:
-            teardown = typer.confirm(f"tear down {job.kind} {job.namespace}/{job.name}?")
+            teardown = confirm(f"tear down {job.kind} {job.namespace}/{job.name}?")
         if teardown:
             delete_job(api, job.traits, job.name, job.namespace)
             out_console.print(f"deleted {job.kind} {job.namespace}/{job.name}")
@@ -141,44 +220,62 @@ def _preflight_after_submit(api: Kube, job: ResolvedJob, timeout: int,
 
 
 @app.command("list")
-def list_command(cluster: ClusterOption, namespace: NamespaceOption = None,
-                 output: OutputOption = Output.table) -> None:
+def list_command(
+    cluster: ClusterOption = None,
+    namespace: Annotated[str | None, typer.Option(
+        "--namespace", "-n", help="Namespace (default: every team namespace of the cluster).")
+    ] = None,
+    output: OutputOption = Output.table,
+) -> None:
     """Jobs that gkr submitted, with phase, age and owner."""
-    _, found = _cluster(cluster)
-    namespaces = [namespace] if namespace else [t.namespace for t in found.teams.values()]
+    from generator.cluster import list_jobs
+    from generator.cluster.target import Asked, find_cluster
+    from generator.repo import find_root
+    from runtime.kube import Kube
+
+    _, found = find_cluster(Asked(find_root(), None, cluster, namespace))
+    namespaces = [namespace] if namespace else sorted(t.namespace for t in found.teams.values())
     rows = list_jobs(Kube.connect(found.kube_context), namespaces)
-    emit([r.model_dump() for r in rows], output, title=f"jobs on {cluster}")
+    emit([r.model_dump() for r in rows], output, JOB_COLUMNS, title=f"jobs on {found.name}",
+         empty=f"No resources found on {found.name} in {', '.join(namespaces)}.")
 
 
 @app.command()
-def status(name: str, cluster: ClusterOption, namespace: NamespaceOption = None,
+def status(name: str, cluster: ClusterOption = None, namespace: NamespaceOption = None,
            output: OutputOption = Output.table) -> None:
     """Phase, pods with their nodes, pending reasons from events, Kueue admission, age."""
-    _, found = _cluster(cluster)
-    report = job_status(Kube.connect(found.kube_context), _namespace(found, namespace), name)
+    from generator.cluster import job_status
+
+    target = _target(name, cluster, namespace)
+    report = job_status(_connect(target), target.namespace, name)
     if output is not Output.table:
         emit([report.model_dump()], output)
         return
+    since = age(report.created) if report.created else "unknown"
     out_console.print(f"{report.kind} {report.namespace}/{report.name}: {report.phase}, "
-                      f"age {report.age}, Kueue: {report.admission}")
-    emit([p.model_dump() for p in report.pods], output, title="pods")
+                      f"age {since}, Kueue: {report.admission}")
+    emit([p.model_dump() for p in report.pods], output, title="pods", empty="no pods yet")
     for reason in report.pending:
         out_console.print(f"  pending: {reason}")
 
 
 @app.command()
 def logs(
-    name: str, cluster: ClusterOption, namespace: NamespaceOption = None,
+    name: str, cluster: ClusterOption = None, namespace: NamespaceOption = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Stream new lines.")] = False,
     pod: Annotated[str | None, typer.Option("--pod", help="Pod name.")] = None,
     rank: Annotated[int | None, typer.Option("--rank", help="Worker rank.")] = None,
     tail: Annotated[int | None, typer.Option("--tail", help="Last N lines.")] = None,
 ) -> None:
     """Logs of a job's head (or Job pod), a named pod, or a worker by rank."""
-    _, found = _cluster(cluster)
-    api, ns = Kube.connect(found.kube_context), _namespace(found, namespace)
-    pods = api.list(POD, namespace=ns, labels=selector(job=name))
-    chosen = select_pod(pods, rank=rank, name=pod)
+    from generator.cluster.kubectl import main_container, select_pod
+    from runtime.identity import selector
+    from runtime.kube import POD
+
+    target = _target(name, cluster, namespace)
+    api, ns = _connect(target), target.namespace
+    chosen = select_pod(api.list(POD, namespace=ns, labels=selector(job=name)), rank=rank,
+                        name=pod)
     for line in api.logs(chosen["metadata"]["name"], namespace=ns,
                          container=main_container(chosen), follow=follow, tail=tail):
         print(line, flush=True)
@@ -186,78 +283,104 @@ def logs(
 
 @app.command()
 def delete(
-    name: str, cluster: ClusterOption, namespace: NamespaceOption = None,
+    name: str, cluster: ClusterOption = None, namespace: NamespaceOption = None,
     raycluster: Annotated[bool, typer.Option(
         "--raycluster", help="Required to delete a persistent RayCluster and its sentinel.")
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+    force: ForceOption = False,
 ) -> None:
-    """Delete a job; a persistent RayCluster only with --raycluster and confirmation."""
-    _, found = _cluster(cluster)
-    api, ns = Kube.connect(found.kube_context), _namespace(found, namespace)
-    for traits in KINDS.values():
-        if api.find(api.kind(traits.api_version, traits.object_kind), name, namespace=ns) is None:
-            continue
-        if traits.persistent:
-            if not raycluster:
-                raise BadRequest(f"{name} is a persistent RayCluster: "
-                                 "pass --raycluster to delete it")
-            if not yes and not typer.confirm(f"delete RayCluster {ns}/{name} and its sentinel?"):
-                raise typer.Exit(1)
-        delete_job(api, traits, name, ns)
-        out_console.print(f"deleted {traits.object_kind} {ns}/{name}")
-        return
-    raise BadRequest(f"no rayjob, raycluster or job named {name!r} in {ns}")
+    """Delete a job; a persistent RayCluster only with --raycluster and confirmation; a job
+    Argo CD manages only with --force (delete its spec in a pull request instead)."""
+    from generator.cluster import delete_job, find_job
+    from generator.cluster.argocd import refuse_if_managed
+
+    target = _target(name, cluster, namespace)
+    api, ns = _connect(target), target.namespace
+    found = find_job(api, name, ns)
+    if found is None:
+        raise BadRequest(f"no rayjob, raycluster or job named {name!r} in {ns}")
+    traits, live = found
+    if not force:
+        refuse_if_managed(target.root, target.cluster.name, ns, name, live, "delete")
+    if traits.persistent:
+        if not raycluster:
+            raise BadRequest(f"{name} is a persistent RayCluster: pass --raycluster to delete it")
+        if not yes and not confirm(f"delete RayCluster {ns}/{name} and its sentinel?"):
+            raise cancelled(f"RayCluster {ns}/{name} kept")
+    delete_job(api, traits, name, ns)
+    out_console.print(f"deleted {traits.object_kind} {ns}/{name}")
 
 
-def _kubectl_target(name: str, cluster: str, namespace: str | None, role: str | None = None,
-                    rank: int | None = None) -> tuple[Kubectl, dict[str, Any]]:
-    _, found = _cluster(cluster)
-    ns = _namespace(found, namespace)
-    pods = Kube.connect(found.kube_context).list(POD, namespace=ns, labels=selector(job=name))
-    return Kubectl(found.kube_context, ns), select_pod(pods, role=role, rank=rank)
+def _kubectl_target(name: str, cluster: str | None, namespace: str | None,
+                    role: str | None = None, rank: int | None = None) -> tuple[Any, Obj]:
+    from generator.cluster.kubectl import Kubectl, select_pod
+    from runtime.identity import selector
+    from runtime.kube import POD
+
+    target = _target(name, cluster, namespace)
+    pods = _connect(target).list(POD, namespace=target.namespace, labels=selector(job=name))
+    return (Kubectl(target.cluster.kube_context, target.namespace),
+            select_pod(pods, role=role, rank=rank))
 
 
 @app.command()
 def shell(
-    name: str, cluster: ClusterOption, namespace: NamespaceOption = None,
+    name: str, cluster: ClusterOption = None, namespace: NamespaceOption = None,
     rank: Annotated[int | None, typer.Option(help="Worker rank.")] = None,
     command: Annotated[str, typer.Option(help="Shell to start.")] = "/bin/bash",
-    accelerators: Annotated[str | None, typer.Option(
+    accelerator: Annotated[str | None, typer.Option(
+        "--accelerator", "--accelerators",
         help="For a new development pod: accelerator type (none: a CPU pod).")] = None,
     gpus: Annotated[int | None, typer.Option(help="For a new development pod: GPUs.")] = None,
-    docker_image: Annotated[str, typer.Option(help="For a new development pod: image."
-                                              )] = "devbox",
+    image: Annotated[str, typer.Option(
+        "--image", "--docker-image", help="For a new development pod: image.")] = "devbox",
+    owner: Annotated[str | None, typer.Option(
+        help="For a new development pod: owner e-mail (default: git config user.email).")
+    ] = None,
     deadline: Annotated[str, typer.Option(help="For a new development pod: lifetime.")] = "8h",
     timeout: Annotated[int, typer.Option(help="Seconds to wait for a new pod.")] = 900,
 ) -> None:
     """Open a shell in a job's pod; without such a job, first start a development pod
     (a Job running `sleep infinity` until its deadline) and wait for it."""
-    catalog, found = _cluster(cluster)
-    ns = _namespace(found, namespace)
-    api = Kube.connect(found.kube_context)
+    from generator.cluster.kubectl import Kubectl, main_container, select_pod
+    from runtime.identity import selector
+    from runtime.kube import POD
+
+    target = _target(name, cluster, namespace)
+    api, ns = _connect(target), target.namespace
     pods = api.list(POD, namespace=ns, labels=selector(job=name))
     if not pods:
-        flags = {"name": name, "kind": "job", "cluster": cluster, "namespace": ns,
-                 "image": docker_image, "cmd": "sleep infinity", "deadline": deadline,
-                 "accelerator": accelerators, "gpus": gpus}
-        request = SubmitRequest(flags={k: v for k, v in flags.items() if v is not None},
-                                root=find_root())
-        job = prepare(request, catalog, upload=False)
-        for obj in apply_all(api, render_manifests(job, catalog)):
-            out_console.print(f"started development pod: {obj['kind']} {ns}/{name}")
-        pods = wait_running(api, ns, name, 1, timeout, lambda line: err_console.print(line))
+        flags = {"name": name, "kind": "job", "cluster": target.cluster.name, "namespace": ns,
+                 "image": image, "cmd": "sleep infinity", "deadline": deadline,
+                 "accelerator": accelerator, "gpus": gpus,
+                 "owner": owner or _default_owner(target.root)}
+        pods = _start_dev_pod(api, target, {k: v for k, v in flags.items() if v is not None},
+                              timeout)
     pod = select_pod(pods, rank=rank)
-    kubectl = Kubectl(found.kube_context, ns)
+    kubectl = Kubectl(target.cluster.kube_context, ns)
     argv = kubectl.exec_argv(pod["metadata"]["name"], [command], main_container(pod), True)
     raise typer.Exit(kubectl.run(argv).returncode)
 
 
+def _start_dev_pod(api: Kube, target: Target, flags: dict[str, Any], timeout: int) -> list[Obj]:
+    from generator.cluster import SubmitRequest, apply_all, prepare
+    from generator.cluster import manifests as render_manifests
+    from generator.cluster.preflight import wait_running
+
+    job = prepare(SubmitRequest(flags=flags, root=target.root), target.catalog, upload=False)
+    for obj in apply_all(api, render_manifests(job, target.catalog)):
+        out_console.print(f"started development pod: {obj['kind']} {job.namespace}/{job.name}")
+    return wait_running(api, job.namespace, job.name, 1, timeout, err_console.print)
+
+
 @app.command()
-def cp(name: str, source: str, destination: str, cluster: ClusterOption,
+def cp(name: str, source: str, destination: str, cluster: ClusterOption = None,
        namespace: NamespaceOption = None,
        rank: Annotated[int | None, typer.Option(help="Worker rank.")] = None) -> None:
     """Copy files to or from a job's pod; write the pod side as `:PATH`."""
+    from generator.cluster.kubectl import main_container
+
     kubectl, pod = _kubectl_target(name, cluster, namespace, rank=rank)
     pod_name = pod["metadata"]["name"]
     source, destination = (f"{pod_name}{p}" if p.startswith(":") else p
@@ -266,12 +389,14 @@ def cp(name: str, source: str, destination: str, cluster: ClusterOption,
 
 
 @app.command("port-forward")
-def port_forward(name: str, cluster: ClusterOption, namespace: NamespaceOption = None,
+def port_forward(name: str, cluster: ClusterOption = None, namespace: NamespaceOption = None,
                  service: Annotated[str, typer.Option(help="dashboard, client or gcs.")
                                     ] = "dashboard",
                  local_port: Annotated[int | None, typer.Option(help="Local port.")] = None,
                  ) -> None:
     """Forward a Ray head service (the dashboard by default) to localhost."""
+    from generator.cluster.kubectl import SERVICES
+
     if service not in SERVICES:
         raise BadRequest(f"--service {service!r}: one of {', '.join(SERVICES)}")
     kubectl, pod = _kubectl_target(name, cluster, namespace, role="head")
@@ -284,11 +409,16 @@ def port_forward(name: str, cluster: ClusterOption, namespace: NamespaceOption =
 def check(
     nodes: Annotated[list[str] | None, typer.Argument(help="Nodes to check.")] = None,
     local: Annotated[bool, typer.Option("--local", help="Run the suite on this machine.")] = False,
-    cluster: Annotated[str | None, typer.Option(help="Cluster of the nodes.")] = None,
-    namespace: NamespaceOption = None,
+    cluster: Annotated[str | None, typer.Option(
+        autocompletion=_clusters,
+        help="Cluster of the nodes (default: the one whose kube_context is current).")] = None,
+    namespace: Annotated[str | None, typer.Option(
+        "--namespace", "-n", help="Namespace of the check Jobs (default: the catalog's).")
+    ] = None,
     accelerator: Annotated[str | None, typer.Option(
         help="The nodes' accelerator (catalog name), instead of reading their labels.")] = None,
-    image: Annotated[str, typer.Option(help="Image with the runtime.")] = RUNTIME_IMAGE,
+    image: Annotated[str | None, typer.Option(
+        help="Image with the runtime (default: the catalog's runtime image).")] = None,
     timeout: Annotated[int, typer.Option(help="Seconds to wait per node.")] = 900,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the Jobs only.")] = False,
     output: OutputOption = Output.table,
@@ -296,22 +426,41 @@ def check(
     """Run the preflight suite on nodes (as Jobs) or on this machine (--local)."""
     if local:
         return _report([_local_preflight()], output)
-    if not (nodes and cluster):
-        raise BadRequest("name NODE… and --cluster, or pass --local")
-    catalog, found = _cluster(cluster)
-    api = None if accelerator and dry_run else Kube.connect(found.kube_context)
+    if not nodes:
+        raise BadRequest("name the NODE… to check, or pass --local")
+    jobs, api = _node_check_jobs(nodes, cluster, namespace, accelerator, image, timeout,
+                                 connect=not (accelerator and dry_run))
+    if dry_run:
+        import yaml
 
-    def node(name: str) -> dict[str, Any]:
+        return print(yaml.safe_dump_all(jobs, sort_keys=False), end="")
+    from generator.cluster.preflight import run_on_node
+
+    assert api is not None
+    _report([run_on_node(api, job, timeout, err_console.print) for job in jobs], output)
+
+
+def _node_check_jobs(nodes: list[str], cluster: str | None, namespace: str | None,
+                     accelerator: str | None, image: str | None, timeout: int,
+                     connect: bool) -> tuple[list[Obj], Kube | None]:
+    """The check Job of each node, and the cluster's API (None when not `connect`)."""
+    from generator.cluster.preflight import described_node, node_check_job
+    from generator.cluster.target import Asked, find_cluster
+    from generator.pods import RUNTIME_IMAGE
+    from generator.repo import find_root
+    from runtime.kube import NODE, Kube
+
+    catalog, found = find_cluster(Asked(find_root(), None, cluster, None))
+    api = Kube.connect(found.kube_context) if connect else None
+
+    def node(name: str) -> Obj:
         if accelerator:
             return described_node(catalog, name, accelerator)
         assert api is not None
         return api.get(NODE, name)
 
-    jobs = [node_check_job(catalog, node(n), namespace, image, timeout) for n in nodes]
-    if dry_run:
-        return print(yaml.safe_dump_all(jobs, sort_keys=False), end="")
-    assert api is not None
-    _report([run_on_node(api, job, timeout, err_console.print) for job in jobs], output)
+    return [node_check_job(catalog, node(n), namespace, image or RUNTIME_IMAGE, timeout)
+            for n in nodes], api
 
 
 def _local_preflight() -> dict[str, Any]:
@@ -321,10 +470,12 @@ def _local_preflight() -> dict[str, Any]:
 
 
 def _report(results: list[dict[str, Any]], output: Output) -> None:
+    from generator.errors import CheckFailed
+
     rows = [{"node": r["node"], "check": f["check"], "severity": f["severity"],
              "message": f["message"]} for r in results for f in r["findings"]]
     if output is Output.table:
-        emit(rows, output, title="preflight")
+        emit(rows, output, title="preflight", empty="no findings")
         for r in results:
             out_console.print(f"{r['node']}: {'PASSED' if r['passed'] else 'FAILED'}  "
                               + "  ".join(f"{k}={v}" for k, v in r["figures"].items()))

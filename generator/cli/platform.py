@@ -7,29 +7,26 @@ from typing import Annotated
 
 import typer
 
-from generator.catalog import Catalog
-from generator.cli._app import app, err_console, out_console
-from generator.errors import CheckFailed, Problem
-from generator.platform.checks import (
-    check_terraform_fmt,
-    check_terraform_structure,
-    check_terraform_validate,
-)
-from generator.platform.scan import write_scan_input
-from generator.render import render_tree
-from generator.repo import find_root
+from generator.cli._app import RootOption, app, err_console, out_console
 
 platform_app = typer.Typer(help="Checks of the generated platform (Terraform, scan input).",
                            no_args_is_help=True)
 app.add_typer(platform_app, name="platform")
-RootOption = Annotated[
-    Path | None, typer.Option("--root", help="Repository root (default: found from the cwd).")
-]
 
 
 @platform_app.command("check")
 def check(root: RootOption = None) -> None:
     """Terraform structure, `terraform fmt -check` and `terraform validate` (skips say why)."""
+    from generator.catalog import Catalog
+    from generator.errors import CheckFailed, Problem
+    from generator.platform.checks import (
+        check_terraform_fmt,
+        check_terraform_structure,
+        check_terraform_validate,
+    )
+    from generator.render import render_tree
+    from generator.repo import find_root
+
     root = find_root(root)
     catalog = Catalog(root)
     tree = render_tree(root, catalog)
@@ -50,6 +47,10 @@ def scan_input(
     root: RootOption = None,
 ) -> None:
     """Write every manifest the clusters receive (overlay builds, Warden, Argo CD) for checkov."""
+    from generator.platform.scan import write_scan_input
+    from generator.render import render_tree
+    from generator.repo import find_root
+
     root = find_root(root)
     written = write_scan_input(root, render_tree(root), target)
     out_console.print(f"wrote {len(written)} files to {target}")

@@ -1,31 +1,17 @@
-"""`gkr render`, `gkr validate`, `gkr diff` and `gkr schema`: the GitOps side of GKR."""
+"""`gkr render`, `gkr validate`, `gkr diff` and `gkr schema`: the GitOps side of GKR.
+
+Each command imports the library in its body, so `gkr --help` and TAB completion stay fast.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.syntax import Syntax
 
-from generator.catalog import Catalog
-from generator.cli._app import app, err_console, out_console
-from generator.errors import InvalidInput, StaleTree
-from generator.manifests import render_job
-from generator.output import diff_tree, write_tree
-from generator.paths import job_path
-from generator.render import render_tree
-from generator.repo import find_root
-from generator.resolve import resolve
-from generator.spec import JobSpec
-from generator.specs import load_spec, spec_files
-from generator.tree import Tree
-from generator.validate import check_schemas, validate_tree
-
-RootOption = Annotated[
-    Path | None, typer.Option("--root", help="Repository root (default: found from the cwd).")
-]
+from generator.cli._app import RootOption, app, err_console, out_console
+from generator.cli._output import print_diff
 
 
 @app.command()
@@ -36,16 +22,23 @@ def render(
     root: RootOption = None,
 ) -> None:
     """Render every job spec into the Kustomize overlays (atomic and idempotent)."""
+    from generator.errors import StaleTree
+    from generator.output import diff_tree, write_tree
+    from generator.render import render_tree
+    from generator.repo import find_root
+
     root = find_root(root)
     tree = render_tree(root)
     if check:
         diff = diff_tree(root, tree)
         if diff:
-            out_console.print(Syntax(diff, "diff", theme="ansi_dark", word_wrap=True))
+            print_diff(diff)
             raise StaleTree("the rendered tree is stale: run `gkr render` and commit the result")
         out_console.print(f"up to date: {len(tree.jobs)} jobs, {len(tree.files)} files")
         return
     changes = write_tree(root, tree)
+    if changes.recovered:
+        err_console.print("finished writing the tree of an interrupted `gkr render` first")
     for path in changes.written:
         out_console.print(f"  wrote    {path}")
     for path in changes.removed:
@@ -63,12 +56,17 @@ def diff(
     root: RootOption = None,
 ) -> None:
     """Show what the current specs and catalog would change in the rendered tree."""
+    from generator.errors import StaleTree
+    from generator.output import diff_tree
+    from generator.render import render_tree
+    from generator.repo import find_root
+
     root = find_root(root)
     text = diff_tree(root, render_tree(root))
     if not text:
         err_console.print("no changes")
         return
-    out_console.print(Syntax(text, "diff", theme="ansi_dark", word_wrap=True))
+    print_diff(text)
     if exit_code:
         raise StaleTree("the rendered tree would change")
 
@@ -83,38 +81,25 @@ def validate(
     )] = True,
     root: RootOption = None,
 ) -> None:
-    """Check specs, rendered manifests (schemas, policies) and overlays; exit 1 or 5 on failure."""
+    """Check specs and the committed tree Argo CD applies (schemas, policies, kubectl kustomize
+    of every overlay); exit 1 (spec or catalog), 5 (a fault in the tree) or 3 (stale)."""
+    from generator.repo import find_root
+    from generator.validate import validate_repository, validate_specs
+
     root = find_root(root)
-    catalog = Catalog(root)
-    if paths:
-        _validate_specs(root, catalog, paths)
-        return
-    tree = render_tree(root, catalog)
-    built = validate_tree(tree, catalog, kustomize=kustomize)
-    manifests = sum(len(docs) for docs in tree.manifests.values())
-    out_console.print(f"valid: {len(tree.jobs)} specs, {manifests} manifests, "
-                      f"{built} kustomizations built")
-
-
-def _validate_specs(root: Path, catalog: Catalog, paths: list[Path]) -> None:
-    """Only the named specs: rules, rendering and schemas, no overlay build."""
-    problems, tree = [], Tree()
-    for path in spec_files(root, [p.resolve() for p in paths]):
-        try:
-            job = resolve(load_spec(path, root), catalog)
-        except InvalidInput as error:
-            problems += error.problems
-            continue
-        tree.add(job_path(job), render_job(job), job.source)
-    problems += check_schemas(tree, catalog)
-    if problems:
-        raise InvalidInput(problems)
-    out_console.print(f"valid: {len(tree.manifests)} specs")
+    report = (validate_specs(root, paths) if paths
+              else validate_repository(root, kustomize=kustomize))
+    out_console.print(report.summary())
 
 
 @app.command()
-def schema() -> None:
-    """Print the JSON Schema of job specs (for editors: yaml-language-server)."""
-    document = JobSpec.model_json_schema()
-    document["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    print(json.dumps(document, indent=2))
+def schema(root: RootOption = None) -> None:
+    """Print the JSON Schema of job spec files, with the catalog's clusters, accelerators and
+    images as enums (for editors: yaml-language-server; see the README)."""
+    import json
+
+    from generator.catalog import Catalog
+    from generator.jobschema import job_schema
+    from generator.repo import find_root
+
+    print(json.dumps(job_schema(Catalog(find_root(root))), indent=2))

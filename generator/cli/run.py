@@ -7,12 +7,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 
 from generator.cli._app import app, out_console
 from generator.errors import BadRequest, InvalidInput, Problem
 from generator.repo import find_root
-from generator.specs import load_spec
 
 DEFAULT_CONFIG = Path("examples/train/tiny.yaml")
 ENTRY = "runtime.train"
@@ -46,8 +44,10 @@ def _training_command(target: Path | None) -> tuple[Path, list[str]]:
         raise InvalidInput([Problem(str(target), None, "", "file not found")])
     if not _is_job_spec(target):
         return target, []
+    from generator.specs import load_spec
+
     root = find_root(target.parent)
-    cmd = load_spec(target.resolve(), root).spec.cmd or ""
+    cmd = load_spec(target.absolute(), root).spec.cmd or ""  # a symlink out is refused
     argv = shlex.split(cmd)
     if ENTRY not in argv or argv.index(ENTRY) + 1 >= len(argv):
         raise InvalidInput([Problem(str(target), None, "cmd", f"does not run `python -m {ENTRY} "
@@ -57,6 +57,8 @@ def _training_command(target: Path | None) -> tuple[Path, list[str]]:
 
 
 def _is_job_spec(path: Path) -> bool:
+    import yaml
+
     data: Any = yaml.safe_load(path.read_text())
     return isinstance(data, dict) and "kind" in data and "image" in data
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import typer
@@ -27,6 +26,8 @@ KubeconfigOpt = Annotated[str | None, typer.Option(
 def status(address: AddressOpt = "localhost:7233", namespace: NamespaceOpt = "default",
            kubeconfig: KubeconfigOpt = None, output: OutputOption = Output.table) -> None:
     """The latest incident phase of every node Warden has handled, and reserved nodes."""
+    import asyncio
+
     from runtime.warden import view  # lazily: Temporal's client is slow to import
 
     rows = asyncio.run(view.fleet_report(view.Where(address, namespace, kubeconfig)))
@@ -39,6 +40,8 @@ def history(node: Annotated[str, typer.Argument(help="Node name.")],
             address: AddressOpt = "localhost:7233", namespace: NamespaceOpt = "default",
             kubeconfig: KubeconfigOpt = None, output: OutputOption = Output.table) -> None:
     """Every incident of one node, with its steps, and the node's cordon memory."""
+    import asyncio
+
     from runtime.warden import view
 
     rows = asyncio.run(view.node_report(view.Where(address, namespace, kubeconfig), node))

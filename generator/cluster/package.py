@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Protocol
 
 import fsspec
-import git
 
+from generator.cluster.vcs import load_git
 from generator.errors import BadRequest, ToolFailed
 
 # A fixed timestamp makes the archive depend only on names and contents (zip needs >= 1980).
@@ -46,6 +46,7 @@ class FsspecStore:
 
 def package_files(folder: Path) -> list[str]:
     """Files to ship: tracked and untracked-but-not-ignored files of a git checkout, else all."""
+    git = load_git("--working-dir (its .gitignore decides what ships)")
     try:
         repo = git.Repo(folder, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -58,13 +59,40 @@ def package_files(folder: Path) -> list[str]:
     return sorted(n for n in names if n and (folder / n).is_file())
 
 
+def local_folder(value: str, roots: list[Path]) -> Path | None:
+    """The local folder a --working-dir names, or None when no such folder is here (a path in
+    the image). Only folders inside `roots` (the repository, the current directory) are
+    shipped: an absolute path such as /etc that also exists on this machine is refused, not
+    zipped."""
+    folder = Path(value).expanduser()
+    if not folder.is_dir():
+        return None
+    resolved = folder.resolve()
+    if any(resolved.is_relative_to(root.resolve()) for root in roots):
+        return resolved
+    raise BadRequest(f"--working-dir {value}: a folder on this machine outside the repository "
+                     "and the current directory; gkr ships only folders inside them (cd into "
+                     "its parent first). For a path inside the image, set working_dir in the "
+                     "spec file")
+
+
+def _shipped(folder: Path, names: list[str]) -> list[str]:
+    """Names whose files stay inside the folder: a symlink out of it is refused, never read."""
+    top = folder.resolve()
+    outside = [name for name in names if not (folder / name).resolve().is_relative_to(top)]
+    if outside:
+        raise BadRequest(f"--working-dir {folder}: {', '.join(outside[:5])} link out of the "
+                         "folder; gkr does not ship files from outside it")
+    return names
+
+
 def build_zip(folder: Path) -> bytes:
     """The archive: sorted names, fixed timestamps, permissions kept (executables stay so)."""
     if not folder.is_dir():
         raise BadRequest(f"--working-dir {folder}: not a directory")
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name in package_files(folder):
+        for name in _shipped(folder, package_files(folder)):
             info = zipfile.ZipInfo(name, EPOCH)
             info.external_attr = ((folder / name).stat().st_mode & 0o777 | 0o100000) << 16
             info.compress_type = zipfile.ZIP_DEFLATED

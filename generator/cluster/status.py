@@ -36,7 +36,7 @@ class JobRow(_Row):
     kind: str
     namespace: str
     phase: str
-    age: str
+    created: datetime | None
     owner: str
 
 
@@ -45,26 +45,18 @@ class JobStatus(_Row):
     kind: str
     namespace: str
     phase: str
-    age: str
+    created: datetime | None
     admission: str
     pods: list[PodRow]
     pending: list[str]
 
 
-def age(obj: Obj, now: datetime | None = None) -> str:
-    """Age as kubectl prints it: 42s, 7m, 3h12m, 2d4h."""
+def created(obj: Obj) -> datetime | None:
+    """When the API server created the object (its RFC 3339 creationTimestamp)."""
     stamp = obj.get("metadata", {}).get("creationTimestamp")
     if not stamp:
-        return "?"
-    created = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    seconds = int(((now or datetime.now(UTC)) - created).total_seconds())
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{seconds % 3600 // 60}m"
-    return f"{seconds // 86400}d{seconds % 86400 // 3600}h"
+        return None
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
 def _condition(obj: Obj, kind: str) -> dict[str, Any] | None:
@@ -150,8 +142,8 @@ def _status(api: Kube, kind: Kind, obj: Obj) -> JobStatus:
     except NotFound:  # Kueue not installed: nothing to say about admission
         workloads = []
     return JobStatus(
-        name=name, kind=kind.kind, namespace=namespace, phase=phase(kind, obj), age=age(obj),
-        admission=admission(workloads, name), pods=pods,
+        name=name, kind=kind.kind, namespace=namespace, phase=phase(kind, obj),
+        created=created(obj), admission=admission(workloads, name), pods=pods,
         pending=pending_reasons(events, {name} | {p.name for p in pods}),
     )
 
@@ -168,7 +160,7 @@ def list_jobs(api: Kube, namespaces: list[str]) -> list[JobRow]:
             for obj in api.list(kind, namespace=namespace, labels=MANAGED):
                 rows.append(JobRow(
                     name=obj["metadata"]["name"], kind=kind.kind, namespace=namespace,
-                    phase=phase(kind, obj), age=age(obj),
+                    phase=phase(kind, obj), created=created(obj),
                     owner=(obj["metadata"].get("annotations") or {}).get(Annotation.OWNER, ""),
                 ))
     return sorted(rows, key=lambda r: (r.namespace, r.name))

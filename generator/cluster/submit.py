@@ -6,20 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import git
-import yaml
 from pydantic import BaseModel, ConfigDict
 
 from generator.catalog import Catalog
-from generator.cluster.package import FsspecStore, archive
+from generator.cluster.package import FsspecStore, archive, local_folder
 from generator.errors import BadRequest, InvalidInput, Problem
-from generator.kinds import KindTraits, sentinel_name
+from generator.kinds import KINDS, KindTraits, sentinel_name
 from generator.manifests import render_job
 from generator.paths import job_path
 from generator.resolve import ResolvedJob, resolve
 from generator.specs import LoadedSpec, load_spec, spec_from_flags
 from generator.tree import Tree
 from generator.validate import check_schemas
+from generator.yamlio import load_document, read_input, refusal
 from runtime.identity import Role
 from runtime.kube import DEPLOYMENT, Kube, Obj
 
@@ -37,51 +36,45 @@ class SubmitRequest(BaseModel):
     """Repository root (catalog, templates, jobs/)."""
 
 
-def _git_email(root: Path) -> str:
-    try:
-        return str(git.Repo(root, search_parent_directories=True).config_reader().get_value(
-            "user", "email"))
-    except Exception:  # no repository or no user.email: the spec model reports the field
-        return ""
-
-
-def _env_flag(flags: dict[str, Any], from_file: bool) -> dict[str, Any]:
-    """`--env FILE`: absolute for a spec file; inlined into `env` for a spec made of flags."""
+def _env_flag(flags: dict[str, Any], from_file: bool, root: Path) -> dict[str, Any]:
+    """`--env FILE`: absolute for a spec file; inlined into `env` for a spec made of flags.
+    Paths stay as written (not resolved), so a symlink inside the repository that leads out
+    of it is still refused when the file is read (generator.yamlio.refusal)."""
     if "env_file" not in flags:
         return flags
-    path = Path(flags["env_file"]).expanduser().resolve()
+    path = Path(flags["env_file"]).expanduser().absolute()
     if from_file:
         return {**flags, "env_file": str(path)}
-    if not path.is_file():
-        raise InvalidInput([Problem("command line", None, "--env", f"{path} not found")])
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
+    why = refusal(path, root, anywhere=True)
+    if why is not None:
+        raise InvalidInput([Problem("command line", None, "--env", f"{path}: {why}")])
+    data, _ = load_document(str(path), read_input(path, root, str(path), anywhere=True))
+    if not isinstance(data or {}, dict):
         raise InvalidInput([Problem(str(path), 1, "", "an env file maps NAME: \"value\"")])
     rest = {k: v for k, v in flags.items() if k != "env_file"}
-    return {**rest, "env": {**data, **flags.get("env", {})}}
+    return {**rest, "env": {**(data or {}), **flags.get("env", {})}}
 
 
 def load(request: SubmitRequest) -> LoadedSpec:
-    flags = _env_flag(dict(request.flags), request.spec_file is not None)
+    flags = _env_flag(dict(request.flags), request.spec_file is not None, request.root)
     if request.spec_file is not None:
-        return load_spec(request.spec_file.resolve(), request.root, flags)
-    flags.setdefault("owner", _git_email(request.root))
+        return load_spec(request.spec_file.absolute(), request.root, flags)
     return spec_from_flags(flags)
 
 
-def local_working_dir(loaded: LoadedSpec) -> Path | None:
-    """A working_dir that names a folder on this machine is packaged (not a path in the image)."""
+def local_working_dir(loaded: LoadedSpec, root: Path) -> Path | None:
+    """A working_dir that names a folder on this machine is packaged (not a path in the image);
+    only a folder inside the repository or the current directory (see `local_folder`)."""
     value = loaded.spec.working_dir
     if not value or "://" in value or "working_dir" not in loaded.source.flags:
         return None
-    folder = Path(value).expanduser()
-    return folder.resolve() if folder.is_dir() else None
+    return local_folder(value, [root, Path.cwd()])
 
 
 def prepare(request: SubmitRequest, catalog: Catalog, upload: bool) -> ResolvedJob:
     """Resolve the job; a local working dir is zipped and (if `upload`) put in the code store."""
     loaded = load(request)
-    folder = local_working_dir(loaded)
+    folder = local_working_dir(loaded, request.root)
     if folder is None:
         return resolve(loaded, catalog)
     flags = {**request.flags, "working_dir": str(folder)}
@@ -105,6 +98,16 @@ def manifests(job: ResolvedJob, catalog: Catalog) -> list[Obj]:
     if problems:
         raise InvalidInput(problems)
     return documents
+
+
+def find_job(api: Kube, name: str, namespace: str) -> tuple[KindTraits, Obj] | None:
+    """The top-level object of job `name` (any kind) and its kind's traits; None if absent."""
+    for traits in KINDS.values():
+        found = api.find(api.kind(traits.api_version, traits.object_kind), name,
+                         namespace=namespace)
+        if found is not None:
+            return traits, found
+    return None
 
 
 def delete_job(api: Kube, traits: KindTraits, name: str, namespace: str) -> None:

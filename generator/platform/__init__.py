@@ -8,16 +8,16 @@ rendered from the add-on catalog too.
 
 from __future__ import annotations
 
+from generator.paths import ARGOCD_ROOT, CLUSTER_ROOTS, REGISTRY_ROOT, WARDEN_GENERATED
 from generator.platform.addons import Addons, load_addons
-from generator.platform.argocd import ARGOCD_ROOT, produce_argocd
+from generator.platform.argocd import produce_argocd
 from generator.platform.context import PlatformContext
 from generator.platform.overlay import produce_components, produce_overlays
-from generator.platform.terraform import CLUSTER_ROOTS, REGISTRY_ROOT, produce_terraform
-from generator.platform.warden import GENERATED as WARDEN_GENERATED
+from generator.platform.terraform import produce_terraform
 from generator.platform.warden import produce_warden
 from generator.tree import RenderContext, Tree
 
-# Folders owned entirely by the platform producers (stale files there are deleted).
+# Folders the platform producers write into (generator.paths.GENERATED_ROOTS lists them all).
 PLATFORM_ROOTS = [ARGOCD_ROOT, CLUSTER_ROOTS, REGISTRY_ROOT, WARDEN_GENERATED]
 
 

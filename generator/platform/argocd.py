@@ -8,12 +8,9 @@ from typing import Any
 
 from generator.catalog import Cluster
 from generator.manifests import render_documents, render_template
-from generator.paths import overlay_dir
+from generator.paths import ARGOCD_ROOT, WARDEN_PATH, overlay_dir
 from generator.platform.addons import ADDONS_FILE, Addon, Wave
 from generator.platform.context import PlatformContext
-from generator.platform.warden import WARDEN_PATH
-
-ARGOCD_ROOT = "platform/argocd"
 
 
 @dataclass(frozen=True)

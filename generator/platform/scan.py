@@ -7,9 +7,7 @@ from pathlib import Path
 
 from generator.errors import ToolFailed
 from generator.kustomize import build
-from generator.paths import OVERLAYS
-from generator.platform.argocd import ARGOCD_ROOT
-from generator.platform.warden import WARDEN_PATH
+from generator.paths import ARGOCD_ROOT, OVERLAYS, WARDEN_PATH
 from generator.tree import Tree
 
 

@@ -14,10 +14,9 @@ from typing import Any
 from generator.catalog import Cluster
 from generator.errors import InvalidInput, Problem
 from generator.manifests import render_template
+from generator.paths import CLUSTER_ROOTS, REGISTRY_ROOT
 from generator.platform.context import PlatformContext
 
-CLUSTER_ROOTS = "terraform/clusters"
-REGISTRY_ROOT = "terraform/registry"
 HEADER_KEY = "//"  # Terraform's JSON syntax ignores properties named "//" (comments).
 # Kubernetes toleration effects → the GKE API's taint effects.
 TAINT_EFFECTS = {"NoSchedule": "NO_SCHEDULE", "PreferNoSchedule": "PREFER_NO_SCHEDULE",

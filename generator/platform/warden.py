@@ -9,6 +9,7 @@ from typing import Any
 from generator.catalog import load_model
 from generator.errors import InvalidInput, Problem
 from generator.manifests import render_template
+from generator.paths import WARDEN_GENERATED as GENERATED
 from generator.platform.addons import ADDONS_FILE, Addons
 from generator.platform.context import PlatformContext
 from generator.pods import RUNTIME_IMAGE, node_checks
@@ -18,8 +19,6 @@ from runtime.identity import Taint
 from runtime.pods import PREFLIGHT
 from runtime.warden.config import WardenConfig, parse_config
 
-WARDEN_PATH = "platform/warden"  # hand-written kustomization; lists the generated file
-GENERATED = f"{WARDEN_PATH}/generated"
 CONFIGMAP = f"{GENERATED}/configmap.yaml"
 GKE_FILE = "platform/catalog/gke.yaml"
 SETTINGS: FieldPath = ("warden", "settings")

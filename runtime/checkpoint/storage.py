@@ -30,7 +30,10 @@ class CheckpointStore:
     def __init__(self, uri: str) -> None:
         self.uri = uri.rstrip("/")
         self.fs: fsspec.AbstractFileSystem
-        self.fs, self.root = url_to_fs(self.uri)
+        try:
+            self.fs, self.root = url_to_fs(self.uri)
+        except (ImportError, ValueError) as error:  # e.g. a scheme whose package is missing
+            raise CheckpointError(f"cannot open checkpoint storage {self.uri}: {error}") from None
         # URLs (file:// included) go through DCP's fsspec writer; plain paths through its
         # local writer, which also fsyncs.
         self.remote = "://" in self.uri

@@ -19,9 +19,10 @@ from runtime.kube._kinds import (
     WORKLOAD,
     Kind,
 )
+from runtime.kube._kubeconfig import Context, current_context
 
 __all__ = [
     "DEPLOYMENT", "EVENT", "FIELD_MANAGER", "JOB", "NODE", "POD", "RAYCLUSTER", "RAYJOB",
-    "WORKLOAD", "Conflict", "Invalid", "Kind", "Kube", "KubeError", "NotFound", "Obj", "Patch",
-    "Unreachable",
+    "WORKLOAD", "Conflict", "Context", "Invalid", "Kind", "Kube", "KubeError", "NotFound", "Obj",
+    "Patch", "Unreachable", "current_context",
 ]

@@ -136,13 +136,14 @@ def test_validate_names_file_line_and_field_without_traceback(repo, spec) -> Non
 
 def test_validate_builds_overlays_with_kubectl(repo, spec) -> None:
     repo.write_spec("ok", spec())
+    assert gkr("render", cwd=repo.root).returncode == 0  # validate checks the tree on disk
     result = gkr("validate", cwd=repo.root)
     assert result.returncode == 0, result.stderr
     assert "kustomizations built" in result.stdout
 
 
-def test_schema_command_prints_the_spec_json_schema(tmp_path) -> None:
-    result = gkr("schema", cwd=tmp_path)
+def test_schema_command_prints_the_spec_json_schema() -> None:
+    result = gkr("schema", cwd=REPO)  # the catalog's names are its enums (tests/cli)
     schema = json.loads(result.stdout)
     assert schema["properties"]["kind"]["enum"] == ["rayjob", "raycluster", "job"]
     assert schema["additionalProperties"] is False
