@@ -99,7 +99,7 @@ def container_problems(container: dict[str, Any], accelerator: Accelerator | Non
         problems.append(f"container {name!r} adds capabilities {extra} that the accelerator "
                         "catalog does not require")
     image = container.get("image", "")
-    if not re.match(PINNED_IMAGE, image) and not (sidecar and sidecar.get("image") == image):
+    if not re.fullmatch(PINNED_IMAGE, image) and not (sidecar and sidecar.get("image") == image):
         problems.append(f"container {name!r} uses image {image!r}, which is not pinned: "
                         "use repository@sha256:<digest> or a name from images.yaml")
     return problems

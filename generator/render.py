@@ -111,7 +111,7 @@ def render_jobs(root: Path, catalog_of: CatalogOf, render_cache: RenderCache | N
     Cached specs cost a lookup; the others are rendered, on every core when there are many
     (a cold render of a large repository is CPU-bound Python). While workers render, this
     process does `meanwhile`."""
-    from generator.specs import spec_files
+    from generator.placement import spec_files
 
     paths = spec_files(root)
     keys = [spec_key(path) for path in paths]

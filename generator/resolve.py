@@ -17,9 +17,10 @@ from generator.catalog import Accelerator, AcceleratorPool, Catalog, Cluster, Pl
 from generator.errors import InvalidInput, Problem
 from generator.kinds import KINDS, KindTraits
 from generator.names import env_name_problem, env_value_problem
+from generator.placement import display_path
 from generator.rules import URI, Context, findings
 from generator.spec import JobSpec
-from generator.specs import LoadedSpec, SpecSource, display_path
+from generator.specs import LoadedSpec, SpecSource
 from generator.units import format_cpus, parse_duration, quantity_value
 from generator.yamlio import LineMap, load_document, read_input, refusal
 from runtime.identity import Annotation, Env, JobKind, Taint, Workload

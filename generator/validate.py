@@ -40,11 +40,12 @@ from generator.names import (
 )
 from generator.output import scan
 from generator.paths import job_path
+from generator.placement import spec_files
 from generator.platform.checks import check_terraform_structure, check_terraform_tools
 from generator.policies import check_job_policies
 from generator.render import render_tree
 from generator.resolve import resolve
-from generator.specs import load_spec, spec_files
+from generator.specs import load_spec
 from generator.tree import Tree
 from generator.yamlio import load_all_rendered
 

@@ -9,6 +9,7 @@ Rendered manifests are parsed and written with libyaml directly: they are machin
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
@@ -53,10 +54,16 @@ def refusal(path: Path, root: Path, anywhere: bool = False) -> str | None:
         return f"cannot be read: {error.strerror}"
 
 
+@functools.lru_cache(maxsize=8)
+def _roots(root: Path) -> tuple[Path, Path]:
+    """The repository root as given and as resolved, once per render, not once per file."""
+    return root.absolute(), root.resolve()
+
+
 def _refusal(path: Path, root: Path, anywhere: bool) -> str | None:
     lexical = Path(os.path.normpath(path.absolute()))
-    real_root = root.resolve()
-    inside = lexical.is_relative_to(root.absolute()) or lexical.is_relative_to(real_root)
+    given_root, real_root = _roots(root)
+    inside = lexical.is_relative_to(given_root) or lexical.is_relative_to(real_root)
     if not inside and not anywhere:
         return "outside the repository; gkr reads inputs only from inside it"
     if path.is_symlink() and not path.exists():

@@ -57,9 +57,12 @@ def _training_command(target: Path | None) -> tuple[Path, list[str]]:
 
 
 def _is_job_spec(path: Path) -> bool:
-    import yaml
+    """A job spec rather than a training config: read with the bounded loader, whose
+    mistakes are file:line errors (the user named this file, so it may live anywhere)."""
+    from generator.yamlio import load_document, read_input
 
-    data: Any = yaml.safe_load(path.read_text())
+    text = read_input(path.absolute(), Path.cwd(), str(path), anywhere=True)
+    data, _ = load_document(str(path), text)
     return isinstance(data, dict) and "kind" in data and "image" in data
 
 

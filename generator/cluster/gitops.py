@@ -22,9 +22,9 @@ from generator.catalog import Catalog
 from generator.cluster.vcs import load_git
 from generator.errors import BadRequest, StaleTree, ToolFailed
 from generator.output import GENERATED_ROOTS, write_tree
+from generator.placement import JOBS_DIR
 from generator.render import render_tree
 from generator.resolve import ResolvedJob
-from generator.specs import JOBS_DIR
 from generator.yamlio import load_document, read_input
 
 if TYPE_CHECKING:

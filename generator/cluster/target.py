@@ -11,7 +11,7 @@ from pathlib import Path
 
 from generator.catalog import DNS_LABEL, Catalog, Cluster
 from generator.errors import BadRequest, GkrError
-from generator.specs import JOBS_DIR
+from generator.placement import JOBS_DIR
 from generator.yamlio import load_document, read_input
 from runtime.kube import Context, current_context
 
@@ -70,7 +70,7 @@ def _only(values: set[str | None]) -> str | None:
 def _spec_homes(asked: Asked, catalog: Catalog) -> list[_Home]:
     """The clusters and namespaces of the specs named `asked.job` (one per team folder)."""
     jobs = asked.root / JOBS_DIR
-    if not asked.job or not re.match(DNS_LABEL, asked.job) or not jobs.is_dir():
+    if not asked.job or not re.fullmatch(DNS_LABEL, asked.job) or not jobs.is_dir():
         return []
     found = [_home(team / f"{asked.job}.yaml", asked.root, catalog)
              for team in sorted(jobs.iterdir()) if (team / f"{asked.job}.yaml").is_file()]

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from generator.catalog import Catalog
-from generator.specs import spec_files
+from generator.placement import spec_files
 from tests.cli.conftest import gkr
 
 ROOT = Path(__file__).resolve().parents[2]
