@@ -31,14 +31,20 @@ def repo(tmp_path, monkeypatch) -> Path:
     data = cluster.read_text()
     cluster.write_text("\n".join(f"code_store: file://{store}" if line.startswith("code_store:")
                                  else line for line in data.splitlines()) + "\n")
+    commit_all(root, "initial")
+    monkeypatch.chdir(root)
+    return root
+
+
+def commit_all(root: Path, message: str) -> git.Repo:
+    """A new git repository at `root` holding everything there in one commit."""
     handle = git.Repo.init(root, initial_branch="main")
     with handle.config_writer() as config:
         config.set_value("user", "email", "tester@reve.ai")
         config.set_value("user", "name", "Tester")
     handle.git.add("--all")
-    handle.index.commit("initial")
-    monkeypatch.chdir(root)
-    return root
+    handle.index.commit(message)
+    return handle
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import yaml
 from generator.catalog import Catalog
 from generator.render import render_tree
 from generator.validate import validate_tree
+from tests.cluster.conftest import commit_all
 from tests.cluster.test_cluster_cli import SUBMIT, gkr
 
 SPEC = "jobs/llm/train-a.yaml"
@@ -217,12 +218,7 @@ def test_spec_file_env_file_travels_with_it(repo, tmp_path):
 def test_repository_in_a_subfolder_of_the_git_repository(repo, env, tmp_path, monkeypatch):
     mono = tmp_path / "mono"
     shutil.copytree(repo, mono / "infra", ignore=shutil.ignore_patterns(".git"))
-    handle = git.Repo.init(mono, initial_branch="main")
-    with handle.config_writer() as config:
-        config.set_value("user", "email", "tester@reve.ai")
-        config.set_value("user", "name", "Tester")
-    handle.git.add("--all")
-    handle.index.commit("monorepo")
+    commit_all(mono, "monorepo")
     monkeypatch.chdir(mono / "infra")
     result = gkr(*SUBMIT, "--env", str(env), "--gitops")
     assert result.exit_code == 0, result.output
