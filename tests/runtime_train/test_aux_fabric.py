@@ -33,12 +33,12 @@ class Fabric:
         core = WorkerCore("echo", worker_id, self.backend, service, self.queue_size)
         self.threads.append(core.start_thread())
         self.workers.append(core)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while worker_id.encode() not in self.proxy.ready and time.monotonic() < deadline:
             time.sleep(0.01)
         return core
 
-    def client(self, rank: int, timeout_s: float = 5.0, retries: int = 0) -> AuxClient:
+    def client(self, rank: int, timeout_s: float = 30.0, retries: int = 0) -> AuxClient:
         handle = ServiceHandle("echo", (Endpoint(self.proxy.address, 1),), timeout_s, retries)
         return AuxClient(handle, rank)
 
@@ -46,7 +46,7 @@ class Fabric:
         for core in [self.proxy, *self.workers]:
             core.stop.set()
         for thread in self.threads:
-            thread.join(timeout=5)
+            thread.join(timeout=30)
 
 
 @pytest.fixture
@@ -179,7 +179,7 @@ def test_restarted_worker_triggers_the_loss_policy(tmp_path: Path, policy: OnWor
         built.add_worker("w0", CrashOnce())
         client = built.client(0)
         request = client.submit("crash", {})
-        built.threads[-1].join(timeout=5)  # the worker died with the request in flight
+        built.threads[-1].join(timeout=30)  # the worker died with the request in flight
         assert not built.threads[-1].is_alive()
         built.add_worker("w0", CrashOnce())  # Ray restarts it: same id, new incarnation
         if policy is OnWorkerLoss.FAIL:

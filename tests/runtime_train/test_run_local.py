@@ -15,7 +15,7 @@ GKR = [sys.executable, "-c", "from generator.cli import main; main()"]
 
 
 def _gkr(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*GKR, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run([*GKR, *args], cwd=ROOT, capture_output=True, text=True, timeout=540)
 
 
 # Ray's own chatter that a local run must not show (it drowned the progress lines).
