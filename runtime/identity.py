@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Final
 
@@ -158,7 +158,6 @@ class Identity:
     role: str = ""
     pod: str = ""
     node: str = ""
-    extra: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **known: object) -> Identity:
@@ -168,11 +167,6 @@ class Identity:
         values = {field: env[name] for name, field in ENV_FIELDS.items() if name in env}
         return cls(**{**values, **known})  # type: ignore[arg-type]
 
-    def with_(self, **changes: object) -> Identity:
-        return replace(self, **changes)  # type: ignore[arg-type]
-
     def row(self) -> dict[str, object]:
         """The identity columns of a telemetry row."""
-        data = asdict(self)
-        data.pop("extra")
-        return data
+        return asdict(self)
