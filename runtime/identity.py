@@ -105,6 +105,7 @@ class Env:
     PREFLIGHT: Final = "GKR_PREFLIGHT"  # the preflight's expectations, JSON
     TEMPORAL_ADDRESS: Final = "GKR_TEMPORAL_ADDRESS"
     TEMPORAL_NAMESPACE: Final = "GKR_TEMPORAL_NAMESPACE"
+    TELEMETRY_DSN: Final = "GKR_TELEMETRY_DSN"  # where telemetry goes (runtime.telemetry)
 
 
 # The identity field each GKR_* variable carries into a pod (`Workload.env`, `Identity.from_env`).

@@ -14,6 +14,7 @@ from runtime.aux.config import AuxConfig
 from runtime.checkpoint.config import CheckpointConfig
 from runtime.config_errors import config_error
 from runtime.data.config import DataConfig
+from runtime.telemetry.config import TelemetryConfig
 
 
 class _Section(BaseModel):
@@ -70,8 +71,10 @@ class LoggingSection(_Section):
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
     fleet_every_steps: int = Field(20, ge=0, description="Steps between summaries; 0: at end.")
-    sinks: list[Literal["log"]] = Field(
-        ["log"], description="Where fleet summaries go (`log`: the driver's output)."
+    sinks: list[Literal["log", "telemetry"]] = Field(
+        ["log", "telemetry"],
+        description="Where fleet summaries go (`log`: the driver's output; `telemetry`: the "
+                    "store, when the telemetry section is enabled).",
     )
     forward_worker_logs: bool = Field(
         True, description="Ray prints every worker's output on the driver; off: progress only."
@@ -88,6 +91,7 @@ class TrainConfig(_Section):
     aux: AuxConfig = Field(default_factory=AuxConfig, description="Auxiliary services.")
     checkpoint: CheckpointConfig | None = Field(None, description="Checkpointing; None: off.")
     logging: LoggingSection = Field(default_factory=LoggingSection, description="Logging.")
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig, description="Telemetry.")
 
     @model_validator(mode="after")
     def _target_service_exists(self) -> TrainConfig:

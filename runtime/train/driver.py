@@ -36,6 +36,7 @@ from runtime.train.checkpointing import (
 from runtime.train.config import TrainConfig
 from runtime.train.loop import LoopContext, train_loop
 from runtime.train.progress import printing, start_progress
+from runtime.train.telemetry import Destination, RunTelemetry, destination
 
 Printer = Callable[[str], None]
 # Says that a local Ray enabled token authentication by default: advice, not a problem.
@@ -122,12 +123,32 @@ def run_training(config: TrainConfig, echo: Printer = print_now) -> TrainResult:
             return TrainResult(run_id, plan, {}, {}, resume, tuple(committed_steps(config)))
         monitor = start_monitor(run_id, stale_after_s=3 * config.aux.report_interval_s + 2)
         progress = start_progress(run_id)
-        with printing(progress, echo):
-            _fit(config, plan, LoopContext(config, plan, run_id, resume))
+        where = destination(config)
+        with printing(progress, echo), recording(where, run_id, echo):
+            _fit(config, plan, LoopContext(config, plan, run_id, resume, where))
         losses, fleet = _outcome(config, monitor, progress)
     result = TrainResult(run_id, plan, losses, fleet, resume, tuple(committed_steps(config)))
     _echo_checkpoints(config, result, echo)
     return result
+
+
+@contextmanager
+def recording(where: Destination | None, run_id: str, echo: Printer) -> Iterator[None]:
+    """The run's telemetry store open while the body trains; its start and end as events."""
+    if where is None:
+        yield
+        return
+    telemetry = RunTelemetry(where, run_id)
+    telemetry.event("Started", f"run {run_id} started")
+    try:
+        yield
+    except BaseException as error:
+        telemetry.event("Failed", str(error)[:4000], severity="Warning")
+        raise
+    else:
+        telemetry.event("Succeeded", f"run {run_id} finished")
+    finally:
+        echo(telemetry.close())
 
 
 def _outcome(

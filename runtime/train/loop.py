@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from contextlib import closing
+from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from runtime.aux.client import AuxClient, ServiceHandle
 from runtime.aux.coordinator import AuxCoordinator
 from runtime.aux.services import EncoderService
 from runtime.checkpoint.training import TrainState
-from runtime.fleet import FleetReporter, monitor_name
+from runtime.fleet import FleetReporter, FleetSink, monitor_name
 from runtime.planner import CapacityPlan
 from runtime.train.batches import build_batches
 from runtime.train.checkpointing import CheckpointManager, ResumePoint, aux_hooks
@@ -34,6 +34,7 @@ from runtime.train.config import TrainConfig
 from runtime.train.model import build_model
 from runtime.train.numa import pin_to_numa_node
 from runtime.train.progress import ProgressRecorder
+from runtime.train.telemetry import Destination, RankTelemetry
 
 log = logging.getLogger(__name__)
 StepHook = Callable[[int], None]
@@ -47,6 +48,7 @@ class LoopContext:
     plan: CapacityPlan
     run_id: str
     resume: ResumePoint | None = None
+    telemetry: Destination | None = None  # None: telemetry off
 
 
 Services = dict[str, ServiceHandle]
@@ -123,24 +125,48 @@ def _train(
     targets, batches = _Targets(context, services, rank), build_batches(config, rank)
     state = TrainState(model, optimizer, batches)
     checkpoint = CheckpointManager(config.checkpoint, state, aux_hooks(coordinator))
-    with closing(batches), closing(targets), checkpoint:
+    telemetry = _telemetry(context, rank, model)
+    with closing(batches), closing(targets), checkpoint, _closing(telemetry):
         done = checkpoint.resume(context.resume)
         recorder = _recorder(context, rank, done)
-        hooks = _step_hooks(context, services, checkpoint, recorder)
+        hooks = _step_hooks(context, services, checkpoint, recorder, telemetry)
+        samples = _samples_per_rank(config)
         for step in range(done + 1, config.run.steps + 1):
-            loss = _step(state, targets, next(batches))
+            loss = _step(state, targets, next(batches), telemetry)
+            if telemetry is not None:
+                telemetry.step(step, loss, samples)
             _log_progress(context, recorder, step, loss)
             for hook in hooks:
                 hook(step)
-    _final_report(context, services, recorder)
+        _final_report(context, services, recorder, telemetry)
     if recorder is not None:
         recorder.flush()
 
 
-def _step(state: TrainState, targets: _Targets, x: torch.Tensor) -> torch.Tensor:
+def _telemetry(context: LoopContext, rank: int, model: torch.nn.Module) -> RankTelemetry | None:
+    """This rank's telemetry, timing the model's gradient all-reduces; None when off."""
+    if context.telemetry is None:
+        return None
+    train = ray.train.get_context()
+    world, local = train.get_world_size(), train.get_local_world_size()
+    telemetry = RankTelemetry(context.config, context.telemetry, context.run_id, rank, world,
+                              nnodes=max(world // max(local, 1), 1))
+    telemetry.watch(model)
+    return telemetry
+
+
+def _closing(telemetry: RankTelemetry | None) -> AbstractContextManager[Any]:
+    return closing(telemetry) if telemetry is not None else nullcontext()
+
+
+def _step(
+    state: TrainState, targets: _Targets, x: torch.Tensor, telemetry: RankTelemetry | None
+) -> torch.Tensor:
     """One DDP optimizer step; the loss, detached."""
     loss = torch.nn.functional.mse_loss(state.model(x), targets(x))
     state.optimizer.zero_grad()
+    if telemetry is not None:
+        telemetry.before_backward()
     loss.backward()
     state.optimizer.step()
     return loss.detach()
@@ -152,9 +178,12 @@ def _mean_across_ranks(value: torch.Tensor) -> float:
     return total.item() / dist.get_world_size()
 
 
+def _samples_per_rank(config: TrainConfig) -> int:
+    return config.data.batch_size if config.data is not None else config.model.batch_size
+
+
 def _samples_per_step(config: TrainConfig) -> int:
-    per_rank = config.data.batch_size if config.data is not None else config.model.batch_size
-    return per_rank * dist.get_world_size()
+    return _samples_per_rank(config) * dist.get_world_size()
 
 
 def _recorder(context: LoopContext, rank: int, done: int) -> ProgressRecorder | None:
@@ -192,11 +221,13 @@ def _checkpoint_hook(
 
 
 def _reporter(
-    context: LoopContext, services: Services, recorder: ProgressRecorder | None
+    context: LoopContext, services: Services, recorder: ProgressRecorder | None,
+    telemetry: RankTelemetry | None,
 ) -> FleetReporter | None:
     if recorder is None or not services:  # only rank 0 has a recorder
         return None
-    sinks = [recorder for name in context.config.logging.sinks if name == "log"]
+    named: dict[str, FleetSink | None] = {"log": recorder, "telemetry": telemetry}
+    sinks = [sink for name in context.config.logging.sinks if (sink := named[name]) is not None]
     monitor = ray.get_actor(monitor_name(context.run_id))
     return FleetReporter(monitor, sinks, context.config.logging.fleet_every_steps)
 
@@ -206,17 +237,20 @@ def _step_hooks(
     services: Services,
     checkpoint: CheckpointManager,
     recorder: ProgressRecorder | None,
+    telemetry: RankTelemetry | None,
 ) -> list[StepHook]:
     """What runs after each optimizer step: the fleet report (rank 0), then checkpointing."""
-    reporter = _reporter(context, services, recorder)
+    reporter = _reporter(context, services, recorder, telemetry)
     fleet = [reporter.after_step] if reporter else []
     return [*fleet, _checkpoint_hook(context, checkpoint, recorder)]
 
 
 def _final_report(
-    context: LoopContext, services: Services, recorder: ProgressRecorder | None
+    context: LoopContext, services: Services, recorder: ProgressRecorder | None,
+    telemetry: RankTelemetry | None,
 ) -> None:
     """A last summary, unless the periodic report has just covered the final step."""
-    reporter, steps = _reporter(context, services, recorder), context.config.run.steps
+    reporter = _reporter(context, services, recorder, telemetry)
+    steps = context.config.run.steps
     if reporter is not None and not (reporter.every and steps % reporter.every == 0):
         reporter.report(steps)

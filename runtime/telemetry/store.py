@@ -1,0 +1,214 @@
+"""The telemetry store: one client over ClickHouse, embedded or served; only the DSN differs.
+
+* `chdb:///abs/folder` (the default, `.gkr/telemetry/` under the current directory): chDB,
+  ClickHouse's engine inside this process, through clickhouse-connect's chDB backend. chDB
+  lets one process hold a folder at a time (reference/telemetry.md §4), so a run writes
+  through one process (`runtime.telemetry.sink`) and readers open, query and close.
+* `http(s)://user@host:8123/database`: a ClickHouse server, as in a cluster.
+
+The schema is the SQL files under `schema/`, applied in order by `migrate`, which records
+what it applied and is safe to re-run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from runtime.errors import Category, RuntimeFailure
+from runtime.identity import Env
+
+DATABASE = "telemetry"
+DEFAULT_FOLDER = Path(".gkr") / "telemetry"
+_MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+class StoreError(RuntimeFailure):
+    """The store cannot be opened or a statement failed; says which store and why."""
+
+    category = Category.SERVICE
+
+
+class StoreBusy(StoreError):
+    """Another process holds the embedded store's folder (chDB allows one at a time)."""
+
+
+class QueryError(StoreError):
+    """ClickHouse rejected a query: the message is the server's."""
+
+    category = Category.INVALID_INPUT
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A query's result: column names and rows."""
+
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+
+    def dicts(self) -> list[dict[str, Any]]:
+        """One mapping per row."""
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+
+def default_dsn(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> str:
+    """`GKR_TELEMETRY_DSN` when set (rendered into cluster pods), else the local chDB folder."""
+    env = os.environ if environ is None else environ
+    if env.get(Env.TELEMETRY_DSN):
+        return env[Env.TELEMETRY_DSN]
+    return f"chdb://{((cwd or Path.cwd()) / DEFAULT_FOLDER).resolve()}"
+
+
+def describe(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return parts._replace(netloc=netloc).geturl()
+
+
+class Store:
+    """Queries and inserts on one telemetry database."""
+
+    def __init__(self, client: Any, dsn: str) -> None:
+        self.client, self.dsn = client, dsn
+
+    @classmethod
+    def connect(cls, dsn: str | None = None, migrate: bool = True) -> Store:
+        """Open the store (creating an embedded one's folder and database) and bring its
+        schema up to date."""
+        dsn = dsn or default_dsn()
+        store = cls(_client(dsn), dsn)
+        if migrate:
+            try:
+                store.migrate()
+            except BaseException:
+                store.close()
+                raise
+        return store
+
+    def close(self) -> None:
+        """Release the connection (and an embedded folder's lock)."""
+        self.client.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def query(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Rows:
+        """Run one SELECT; `{name:Type}` placeholders take `parameters` (server-side binding)."""
+        with self._errors(sql):
+            result = self.client.query(sql, parameters=dict(parameters or {}))
+        return Rows(tuple(result.column_names), list(result.result_rows))
+
+    def command(self, sql: str, parameters: Mapping[str, Any] | None = None) -> None:
+        """Run one statement that returns no rows."""
+        with self._errors(sql):
+            self.client.command(sql, parameters=dict(parameters or {}))
+
+    def insert(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert rows given as mappings; the columns are the first row's keys."""
+        if not rows:
+            return
+        columns = list(rows[0])
+        data = [[row[column] for column in columns] for row in rows]
+        with self._errors(f"INSERT INTO {table}"):
+            self.client.insert(table, data, column_names=columns)
+
+    def insert_arrow(self, table: str, arrow_table: Any) -> None:
+        """Insert a pyarrow Table (the fast path for bulk loads)."""
+        with self._errors(f"INSERT INTO {table}"):
+            self.client.insert_arrow(table, arrow_table)
+
+    def insert_raw(self, table: str, fmt: str, data: bytes) -> None:
+        """Insert a body in a ClickHouse input format, e.g. NDJSON as `JSONAsString`."""
+        with self._errors(f"INSERT INTO {table} FORMAT {fmt}"):
+            self.client.raw_insert(table, insert_block=data, fmt=fmt)
+
+    def migrate(self) -> list[str]:
+        """Apply the schema files not yet recorded, in order; the names applied now."""
+        self.command(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, "
+            "applied_at DateTime DEFAULT now()) ENGINE = ReplacingMergeTree ORDER BY version"
+        )
+        done = {row[0] for row in self.query("SELECT version FROM schema_migrations").rows}
+        applied = []
+        for version, name, sql in migrations():
+            if version in done:
+                continue
+            for statement in statements(sql):
+                self.command(statement)
+            self.insert("schema_migrations", [{"version": version, "name": name}])
+            applied.append(name)
+        return applied
+
+    @contextmanager
+    def _errors(self, sql: str) -> Iterator[None]:
+        try:
+            yield
+        except Exception as error:  # clickhouse-connect raises its own and chDB's errors
+            raise _translate(error, self.dsn, sql) from error
+
+
+def _client(dsn: str) -> Any:
+    """A clickhouse-connect client on the telemetry database."""
+    import clickhouse_connect  # heavy: only the commands that use telemetry pay for it
+
+    scheme = urlsplit(dsn).scheme
+    try:
+        if scheme == "chdb":
+            folder = Path(urlsplit(dsn).path)
+            folder.mkdir(parents=True, exist_ok=True)
+            bootstrap = clickhouse_connect.get_client(dsn=dsn)
+            bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+            return clickhouse_connect.get_client(dsn=dsn, database=DATABASE)
+        if scheme in ("http", "https"):
+            return clickhouse_connect.get_client(dsn=dsn)
+    except Exception as error:
+        raise _translate(error, dsn, "connect") from error
+    raise StoreError(
+        f"telemetry DSN {describe(dsn)!r}: unknown scheme {scheme!r}; use chdb:///abs/folder "
+        "(embedded) or http(s)://user@host:8123/database (a ClickHouse server)"
+    )
+
+
+def _translate(error: Exception, dsn: str, sql: str) -> StoreError:
+    text = str(error)
+    where = describe(dsn)
+    if "EmbeddedServer" in text or "Cannot lock file" in text:
+        return StoreBusy(
+            f"telemetry store {where} is open in another process (chDB allows one process per "
+            "folder): wait for the run or `gkr ui` holding it to end, or set "
+            f"{Env.TELEMETRY_DSN} to a ClickHouse server"
+        )
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    if "DB::Exception" in text or "Code:" in text:
+        return QueryError(f"telemetry store {where}: {first}")
+    return StoreError(f"telemetry store {where}: {sql.split()[0] if sql else ''}: {first}")
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """The schema files as (version, name, SQL), in version order."""
+    folder = resources.files("runtime.telemetry") / "schema"
+    found = []
+    for entry in folder.iterdir():
+        match = _MIGRATION.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+def statements(sql: str) -> list[str]:
+    """The statements of a schema file: `--` comments dropped, split at `;` ending a line."""
+    lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
+    return [s.strip() for s in re.split(r";\s*$", "\n".join(lines), flags=re.M) if s.strip()]

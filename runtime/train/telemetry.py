@@ -1,0 +1,143 @@
+"""A training run's telemetry: the driver opens the store, every rank writes its rows.
+
+Each rank writes one `train_steps` row per optimizer step (its own loss, step time,
+samples/s and tokens/s), one `collectives` row per gradient all-reduce (timed on gloo; on
+GPUs NCCL Inspector's records arrive through Fluent Bit), and rank 0 the FleetMonitor
+summaries. The driver records the run's start and end as events and, at the end, says what
+was written and how to look at it.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import ray
+import torch
+
+from runtime.fleet import ServiceSummary, summary_dict
+from runtime.identity import Identity, Role
+from runtime.telemetry.collectives import CollectiveTimer, time_gradients
+from runtime.telemetry.sink import sink_for, start_store, stop_store
+from runtime.telemetry.store import Store, default_dsn, describe
+from runtime.telemetry.writer import TelemetryWriter
+from runtime.train.config import TrainConfig
+
+log = logging.getLogger(__name__)
+LOCAL_CLUSTER = "local"  # the cluster of a run outside Kubernetes
+
+
+def identity(run_id: str, role: Role, rank: int = -1) -> Identity:
+    """This process's identity: the pod's environment, else what a local run knows."""
+    found = Identity.from_env(run=run_id, role=str(role), rank=rank)
+    return replace(found, cluster=found.cluster or LOCAL_CLUSTER,
+                   node=found.node or socket.gethostname())
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where the run's rows go: resolved once by the driver, given to every rank."""
+
+    dsn: str
+
+
+def destination(config: TrainConfig) -> Destination | None:
+    """The run's store, or None when telemetry is off."""
+    section = config.telemetry
+    return Destination(section.dsn or default_dsn()) if section.enabled else None
+
+
+class RankTelemetry:
+    """One rank's rows: per-step metrics, timed all-reduces, and (rank 0) fleet summaries.
+
+    Also a `FleetSink`, so the FleetReporter's summaries land in `fleet_summaries`.
+    """
+
+    def __init__(self, config: TrainConfig, where: Destination, run_id: str, rank: int,
+                 world_size: int, nnodes: int) -> None:
+        section = config.telemetry
+        self.writer = TelemetryWriter(sink_for(run_id, where.dsn), identity(run_id, Role.WORKER,
+                                      rank), capacity=section.queue_rows)
+        self.timer = CollectiveTimer(self.writer, f"{run_id}/dp", "DDP gradients", world_size,
+                                     nnodes) if section.time_collectives else None
+        delay = section.inject_delay
+        self.delay_s = delay.seconds if delay is not None and delay.rank == rank else 0.0
+        self.tokens_per_sample = section.tokens_per_sample
+        self.last = time.perf_counter()
+
+    def watch(self, model: torch.nn.Module) -> None:
+        """Time the model's gradient all-reduces."""
+        if self.timer is not None:
+            time_gradients(model, self.timer)
+
+    def before_backward(self) -> None:
+        """The injected straggler's delay: it reaches the gradient all-reduce late."""
+        if self.delay_s:
+            time.sleep(self.delay_s)
+
+    def step(self, step: int, loss: torch.Tensor, samples: int) -> None:
+        """One optimizer step of this rank (the loss is read off the training thread)."""
+        now = time.perf_counter()
+        elapsed, self.last = max(now - self.last, 1e-9), now
+        rate = samples / elapsed
+        self.writer.write("train_steps", {
+            "step": step, "loss": loss, "step_time_s": elapsed, "samples_per_s": rate,
+            "tokens_per_s": rate * self.tokens_per_sample,
+        })
+
+    def emit(self, step: int, summaries: Mapping[str, ServiceSummary]) -> None:
+        """FleetSink: one row per service."""
+        for summary in summaries.values():
+            self.writer.write("fleet_summaries", {"step": step, **summary_dict(summary)})
+
+    def close(self) -> None:
+        """Write what is queued."""
+        self.writer.close()
+
+
+class RunTelemetry:
+    """The driver's side: the store's lifetime, the run's events, the closing summary."""
+
+    def __init__(self, where: Destination, run_id: str) -> None:
+        self.where, self.run_id = where, run_id
+        self.actor = start_store(run_id, where.dsn)
+        self.writer = TelemetryWriter(sink_for(run_id, where.dsn),
+                                      identity(run_id, Role.HEAD))
+
+    def event(self, reason: str, message: str, severity: str = "Normal") -> None:
+        """A run-level event (started, succeeded, failed)."""
+        self.writer.write("events", {
+            "source": "driver", "object_kind": "Run", "object_name": self.run_id,
+            "reason": reason, "severity": severity, "message": message, "count": 1,
+        })
+
+    def close(self) -> str:
+        """Flush, release the store, and say what the run wrote and how to look at it."""
+        self.writer.close()
+        try:
+            counts = self._counts()
+        finally:
+            stop_store(self.actor)
+        where = describe(self.where.dsn)
+        return (f"telemetry: {counts.get('train_steps', 0)} step rows, "
+                f"{counts.get('collectives', 0)} collective samples, "
+                f"{counts.get('fleet_summaries', 0)} fleet summaries in {where}; "
+                f"see `gkr stragglers {self.run_id}` and `gkr ui`")
+
+    def _counts(self) -> dict[str, int]:
+        sql = ("SELECT 'train_steps', count() FROM train_steps WHERE run = {run:String} "
+               "UNION ALL SELECT 'collectives', count() FROM collectives WHERE run = {run:String} "
+               "UNION ALL SELECT 'fleet_summaries', count() FROM fleet_summaries "
+               "WHERE run = {run:String}")
+        rows = self._query(sql, {"run": self.run_id})
+        return {table: count for table, count in rows}
+
+    def _query(self, sql: str, parameters: dict[str, Any]) -> list[tuple[Any, ...]]:
+        if self.actor is not None:
+            return list(ray.get(self.actor.query.remote(sql, parameters)).rows)
+        with Store.connect(self.where.dsn, migrate=False) as store:
+            return store.query(sql, parameters).rows
