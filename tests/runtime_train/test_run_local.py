@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from runtime.telemetry.store import Store
+from runtime.telemetry.stragglers import analyze
+
 ROOT = Path(__file__).resolve().parents[2]
 GKR = [sys.executable, "-c", "from generator.cli import main; main()"]
 
@@ -25,8 +28,10 @@ RAY_NOISE = ("PlacementGroupCleaner", "TrainingReport(", "TrainController", "cor
 
 @pytest.mark.slow
 def test_run_local_trains_and_shows_plan_progress_checkpoints_and_fleet(tmp_path: Path) -> None:
+    store = f"chdb://{tmp_path}/telemetry"
     done = _gkr("run", "--local", "examples/train/tiny.yaml", "run.steps=20",
-                "logging.fleet_every_steps=10", f"checkpoint.uri={tmp_path}")
+                "logging.fleet_every_steps=10", f"checkpoint.uri={tmp_path}",
+                f"telemetry.dsn={store}", "telemetry.inject_delay={rank: 1, seconds: 0.05}")
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout + done.stderr
     assert "training: world size 2" in done.stdout
@@ -44,6 +49,22 @@ def test_run_local_trains_and_shows_plan_progress_checkpoints_and_fleet(tmp_path
     fleet = next(line for line in done.stdout.splitlines() if line.startswith("fleet: teacher:"))
     assert "workers 1/1 healthy" in fleet  # as of the last step, not after the services stop
     assert not [noise for noise in RAY_NOISE if noise in out], out
+    _check_telemetry(store, done.stdout)
+
+
+def _check_telemetry(store: str, stdout: str) -> None:
+    """Every rank's steps and all-reduces reached the store, with the run's identity, and the
+    straggler analysis names the rank the run delayed."""
+    run = re.search(r"see `gkr stragglers (\S+)`", stdout)
+    assert run, stdout
+    assert "telemetry: 40 step rows, 40 collective samples, 2 fleet summaries" in stdout
+    with Store.connect(store) as telemetry:
+        steps = telemetry.query("SELECT rank, count(), min(step), max(step), any(cluster) "
+                                "FROM train_steps WHERE run = {run:String} GROUP BY rank "
+                                "ORDER BY rank", {"run": run.group(1)}).rows
+        assert steps == [(0, 20, 1, 20, "local"), (1, 20, 1, 20, "local")]
+        report = analyze(telemetry, run.group(1))
+    assert [r.rank for r in report.persistent()] == [1]
 
 
 @pytest.mark.slow
