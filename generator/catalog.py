@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from generator.errors import InvalidInput, Problem
 from generator.names import label_value_problem
 from generator.problems import problems_from_validation
+from generator.telemetry import Telemetry
 from generator.units import CpuCount, Quantity, quantity_value
 from generator.yamlio import FieldPath, LineMap, line_of, load_document, read_input, refusal
 from runtime.pods import GpuHost
@@ -75,6 +76,9 @@ class Accelerator(_Model):
     """Static pod annotations (device lists of sidecars)."""
     sidecars: list[dict[str, Any]]
     """Native sidecars (init containers with restartPolicy Always), e.g. the TCPXO daemon."""
+    nccl_inspector_plugin: str | None = Field(None, pattern=r"^/\S+\.so$")
+    """Path in the training image of the NCCL Inspector profiler plugin (built for the NCCL
+    that the accelerator's pods load); None: GPU pods record no NCCL Inspector data."""
 
     @cached_property
     def host(self) -> GpuHost:
@@ -199,6 +203,8 @@ class Platform(_Model):
     """Kubernetes version whose OpenAPI schemas rendered manifests are validated against."""
     node_checks: NodeCheckPolicy
     """Where and how node checks (`gkr check`, Warden) run."""
+    telemetry: Telemetry
+    """Where GPU jobs' collective telemetry goes: ClickHouse and the node dump folder."""
 
 
 class Images(_Model):

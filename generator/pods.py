@@ -9,6 +9,7 @@ from typing import Any
 
 from generator.catalog import Catalog
 from generator.resolve import ResolvedJob
+from generator.telemetry import DUMP_VOLUME, FR_SUBFOLDER, POD_DUMP_DIR, Telemetry, collective_env
 from runtime.identity import Env, Label, Role
 from runtime.pods import ContainerPlan, NodeChecks, PodPlan
 
@@ -44,6 +45,7 @@ def _plan(job: ResolvedJob, role: Role) -> PodPlan:
         priority_class=job.priority.priority_class,
         restart_never=role == Role.JOB,
         affinity=_rack_affinity(job, role) if on_gpu else None,
+        volumes=[dump_volume(job.platform.telemetry)] if on_gpu else (),
     )
 
 
@@ -60,6 +62,7 @@ def _container(job: ResolvedJob, role: Role, on_gpu: bool) -> ContainerPlan:
         working_dir=job.container_working_dir,
         env=_env(job, role, on_gpu),
         ports=RAY_HEAD_PORTS if head else None,
+        volume_mounts=dump_mounts(job) if on_gpu else (),
     )
 
 
@@ -70,14 +73,47 @@ def shell_command(cmd: str | None) -> list[str]:
 
 
 def _env(job: ResolvedJob, role: Role, on_gpu: bool) -> list[dict[str, Any]]:
-    """Accelerator defaults, then the user's variables, then GKR's identity; sorted by name."""
-    accel = job.gpu_host.env if on_gpu and job.gpu_host else {}
-    values: Mapping[str, str] = {**accel, **job.user_env, **job.identity_env, Env.ROLE: str(role)}
+    """Accelerator defaults and collective telemetry (GPU pods), then the user's variables
+    (which may turn the telemetry off), then GKR's; sorted by name after the telemetry
+    password, which must come first: the DSN refers to it as `$(NAME)`, and Kubernetes
+    expands only variables defined before the one that refers to them."""
+    gpu = job.accelerator if on_gpu else None
+    accel = gpu.host.env if gpu else {}
+    collectives = collective_env(gpu.nccl_inspector_plugin) if gpu else {}
+    telemetry = job.platform.telemetry
+    values: Mapping[str, str] = {**accel, **collectives, **job.user_env, **job.identity_env,
+                                 Env.TELEMETRY_DSN: telemetry.dsn(), Env.ROLE: str(role)}
     env: dict[str, dict[str, Any]] = {
         name: {"name": name, "value": value} for name, value in values.items()}
     env |= {name: {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
             for name, path in DOWNWARD.items()}
-    return [env[name] for name in sorted(env)]
+    return [_telemetry_password(telemetry), *(env[name] for name in sorted(env))]
+
+
+def _telemetry_password(telemetry: Telemetry) -> dict[str, Any]:
+    # Optional: a namespace still without the Secret runs its jobs, only without a store.
+    ref = {"name": telemetry.secret, "key": telemetry.ingest_key, "optional": True}
+    return {"name": Env.TELEMETRY_PASSWORD, "valueFrom": {"secretKeyRef": ref}}
+
+
+def dump_volume(telemetry: Telemetry) -> dict[str, Any]:
+    """The node's telemetry folder. A host folder rather than an emptyDir: Fluent Bit, a
+    DaemonSet on the same node, mounts just this folder (read-only) to tail it, where an
+    emptyDir would have it mount the kubelet's pod folders whole (every pod's Secrets
+    included); and the files outlive the pod, so the last records of an ended pod still go.
+    The kubelet makes the folders root's (mode 0755): the training containers run as root."""
+    return {"name": DUMP_VOLUME,
+            "hostPath": {"path": telemetry.node_dir, "type": "DirectoryOrCreate"}}
+
+
+def dump_mounts(job: ResolvedJob) -> list[dict[str, Any]]:
+    """The job's own subfolder of that folder, whose path names its namespace and job for
+    Fluent Bit; the Flight Recorder's subfolder is mounted too, because the recorder writes
+    `<prefix><rank>` without making folders (the kubelet makes subPath folders)."""
+    folder = job.platform.telemetry.job_subfolder(job.namespace, job.name)
+    return [{"name": DUMP_VOLUME, "mountPath": POD_DUMP_DIR, "subPath": folder},
+            {"name": DUMP_VOLUME, "mountPath": f"{POD_DUMP_DIR}/{FR_SUBFOLDER}",
+             "subPath": f"{folder}/{FR_SUBFOLDER}"}]
 
 
 def _rack_affinity(job: ResolvedJob, role: Role) -> dict[str, Any] | None:

@@ -2,7 +2,8 @@
 
 * it stays in its team's namespace on its cluster (the folder it is rendered into);
 * no container is privileged or shares the host's network, PID or IPC namespaces;
-* host paths and added capabilities are exactly those the accelerator catalog requires;
+* host paths and added capabilities are exactly those the accelerator catalog requires
+  (and, in GPU pods, the node's telemetry folder: generator.telemetry);
 * every image is pinned by digest, except the sidecar images the accelerator catalog
   itself names (GKE publishes those by tag; the catalog is reviewed like code).
 """
@@ -36,7 +37,8 @@ def check_job_policies(tree: Tree, catalog: Catalog) -> list[Problem]:
             where = f"{document.get('kind')}/{document.get('metadata', {}).get('name')}"
             found = _namespace(document, match["namespace"], teams)
             found += [f"{pod_path}: {message}" for pod_path, pod in pod_specs(document)
-                      for message in pod_problems(pod, accelerators.get(path))]
+                      for message in pod_problems(pod, accelerators.get(path),
+                                                  catalog.platform.telemetry.node_dir)]
             problems += [Problem(path, None, where, message) for message in found]
     return problems
 
@@ -64,16 +66,20 @@ def pod_specs(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]
             yield from pod_specs(value, f"{path}[{index}]")
 
 
-def pod_problems(pod: dict[str, Any], accelerator: Accelerator | None) -> list[str]:
-    """What one pod spec does beyond what its accelerator requires."""
+def pod_problems(pod: dict[str, Any], accelerator: Accelerator | None,
+                 telemetry_dir: str | None = None) -> list[str]:
+    """What one pod spec does beyond what its accelerator and, on a GPU node, the telemetry
+    dump folder (`telemetry_dir`) require."""
     problems = [f"host namespace {key} is not allowed" for key in HOST_NAMESPACES if pod.get(key)]
     allowed_paths = {v["hostPath"]["path"] for v in accelerator.volumes
                      if "hostPath" in v} if accelerator else set()
+    if accelerator and telemetry_dir:
+        allowed_paths.add(telemetry_dir)
     for volume in pod.get("volumes", []):
         path = volume.get("hostPath", {}).get("path")
         if path is not None and path not in allowed_paths:
             problems.append(f"volume {volume.get('name')!r} mounts host path {path!r}, which "
-                            "the accelerator catalog does not require")
+                            "neither the accelerator catalog nor telemetry requires")
     for container in _containers(pod):
         problems += container_problems(container, accelerator)
     return problems

@@ -103,9 +103,12 @@ class Env:
     POD: Final = "GKR_POD"  # from the downward API
     NODE: Final = "GKR_NODE"  # from the downward API
     PREFLIGHT: Final = "GKR_PREFLIGHT"  # the preflight's expectations, JSON
+    DILOCO: Final = "GKR_DILOCO"  # a DiLoCo learner's or synchroniser's settings, JSON
     TEMPORAL_ADDRESS: Final = "GKR_TEMPORAL_ADDRESS"
     TEMPORAL_NAMESPACE: Final = "GKR_TEMPORAL_NAMESPACE"
     TELEMETRY_DSN: Final = "GKR_TELEMETRY_DSN"  # where telemetry goes (runtime.telemetry)
+    # The password inside a cluster pod's DSN, from a Secret (generator.telemetry.Telemetry.dsn)
+    TELEMETRY_PASSWORD: Final = "GKR_TELEMETRY_PASSWORD"
 
 
 # The identity field each GKR_* variable carries into a pod (`Workload.env`, `Identity.from_env`).

@@ -71,6 +71,7 @@ class ContainerPlan:
     ports: Sequence[Json] | None = None
     privileged: bool = False  # reading the kernel log needs it (node checks only)
     findings_from_logs: bool = False  # the kubelet copies the log tail into the status
+    volume_mounts: Sequence[Json] = ()  # of the plan's own volumes, after the GpuHost's
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class PodPlan:
     restart_never: bool = False
     affinity: Json | None = None
     grace_s: int = 60
+    volumes: Sequence[Json] = ()  # besides the GpuHost's (e.g. the telemetry dump folder)
 
 
 def build_pod(plan: PodPlan) -> Json:
@@ -125,6 +127,8 @@ def _spec(plan: PodPlan) -> Json:
                            *plan.gpu.volumes]
         if plan.gpu.sidecars:
             spec["initContainers"] = [s | {"restartPolicy": "Always"} for s in plan.gpu.sidecars]
+    if plan.volumes:
+        spec["volumes"] = [*spec.get("volumes", ()), *plan.volumes]
     spec["containers"] = [_container(plan.container, plan.gpu)]
     return spec
 
@@ -139,6 +143,8 @@ def _container(plan: ContainerPlan, gpu: GpuHost | None) -> Json:
     if gpu:
         container["volumeMounts"] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"},
                                      *gpu.volume_mounts]
+    if plan.volume_mounts:
+        container["volumeMounts"] = [*container.get("volumeMounts", ()), *plan.volume_mounts]
     if plan.findings_from_logs:
         container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     # A privileged container cannot also forbid escalation (the API server refuses both).

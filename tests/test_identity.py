@@ -18,9 +18,15 @@ def _worker_env() -> dict[str, str]:
     (rayjob,) = yaml.safe_load_all(GOLDEN.read_text())
     pod = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]
     env = pod["spec"]["containers"][0]["env"]
-    # Downward-API values stand in as `<field path>`: the kubelet fills them in.
-    return {e["name"]: e.get("value") or f"<{e['valueFrom']['fieldRef']['fieldPath']}>"
-            for e in env}
+    # Downward-API and Secret values stand in as `<field path>` and `<secret/key>`: the
+    # kubelet fills them in.
+    return {e["name"]: e.get("value") or _stand_in(e["valueFrom"]) for e in env}
+
+
+def _stand_in(source: dict[str, dict[str, str]]) -> str:
+    if "fieldRef" in source:
+        return f"<{source['fieldRef']['fieldPath']}>"
+    return f"<{source['secretKeyRef']['name']}/{source['secretKeyRef']['key']}>"
 
 
 def test_a_rendered_worker_knows_its_job_team_cluster_and_role() -> None:

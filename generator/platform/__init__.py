@@ -1,9 +1,9 @@
 """Platform as code: everything `gkr render` derives from the cluster catalog besides jobs.
 
 Adding `clusters/<name>.yaml` and running `gkr render` yields the cluster's Terraform root,
-its Argo CD Applications, the Kueue objects, namespaces and RBAC in its overlay, and the
-per-accelerator NCCL installer components the overlay includes. Warden's ConfigMap is
-rendered from the add-on catalog too.
+its Argo CD Applications, the Kueue objects, namespaces, RBAC and telemetry store in its
+overlay, and the per-accelerator NCCL installer components the overlay includes. Warden's
+ConfigMap is rendered from the add-on catalog too.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from generator.platform.addons import Addons, load_addons
 from generator.platform.argocd import produce_argocd
 from generator.platform.context import PlatformContext
 from generator.platform.overlay import produce_components, produce_overlays
+from generator.platform.telemetry import produce_telemetry
 from generator.platform.terraform import produce_terraform
 from generator.platform.warden import produce_warden
 from generator.tree import RenderContext, Tree
@@ -24,8 +25,8 @@ PLATFORM_ROOTS = [ARGOCD_ROOT, CLUSTER_ROOTS, REGISTRY_ROOT, WARDEN_GENERATED]
 def produce_platform(ctx: RenderContext, tree: Tree) -> None:
     """The tree.PRODUCERS entry: loads the add-on catalog once, then every platform part."""
     platform = PlatformContext(ctx.catalog, load_addons(ctx.root), tree)
-    for produce in (produce_overlays, produce_components, produce_argocd, produce_terraform,
-                    produce_warden):
+    for produce in (produce_overlays, produce_telemetry, produce_components, produce_argocd,
+                    produce_terraform, produce_warden):
         produce(platform)
 
 

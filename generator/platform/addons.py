@@ -12,6 +12,8 @@ from generator.catalog import DNS_LABEL, GpuStack, load_model
 
 ADDONS_FILE = "platform/catalog/addons.yaml"
 Wave = Literal["controllers", "observability", "config", "services"]
+# The Helm values of the Fluent Bit add-on that generator.platform.telemetry renders.
+SHIPPER_VALUES = frozenset({"affinity", "config", "env", "extraVolumes", "extraVolumeMounts"})
 Stack = GpuStack
 
 
@@ -59,6 +61,9 @@ class Addon(_Model):
     (each accelerator's taints and the reservation taint), for add-ons that run on them."""
     services: dict[str, Service] = {}
     """Services other platform parts reach, by role (e.g. `frontend`)."""
+    ships_nccl_inspector: bool = False
+    """A Fluent Bit chart whose config, env, volumes and affinity `gkr render` fills so that
+    it ships the GPU jobs' NCCL Inspector dumps into ClickHouse (generator.platform.telemetry)."""
 
     @model_validator(mode="after")
     def _source(self) -> Addon:
@@ -67,6 +72,10 @@ class Addon(_Model):
         if self.gpu_tolerations in self.values:
             raise ValueError(f"values.{self.gpu_tolerations} is rendered (gpu_tolerations); "
                              "remove it from values")
+        rendered = sorted(SHIPPER_VALUES & set(self.values)) if self.ships_nccl_inspector else []
+        if rendered:
+            raise ValueError(f"values.{', values.'.join(rendered)} are rendered "
+                             "(ships_nccl_inspector); remove them from values")
         return self
 
     def address(self, role: str) -> str:
@@ -189,6 +198,14 @@ class Addons(_Model):
     """Provisioning facts shared by every cluster root."""
     warden: WardenFacts
     """Warden: the add-on services it uses, and its settings."""
+
+    @model_validator(mode="after")
+    def _one_shipper(self) -> Addons:
+        shippers = sorted(name for name, a in self.addons.items() if a.ships_nccl_inspector)
+        if len(shippers) > 1:
+            raise ValueError(f"addons: only one add-on may ship NCCL Inspector dumps; "
+                             f"ships_nccl_inspector is set on {', '.join(shippers)}")
+        return self
 
     @model_validator(mode="after")
     def _warden_services_exist(self) -> Addons:

@@ -11,6 +11,7 @@ from generator.manifests import render_documents, render_template
 from generator.paths import ARGOCD_ROOT, WARDEN_PATH, overlay_dir
 from generator.platform.addons import ADDONS_FILE, Addon, Wave
 from generator.platform.context import PlatformContext
+from generator.platform.telemetry import fluent_bit_values
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,12 @@ def produce_argocd(ctx: PlatformContext) -> None:
 
 
 def helm_values(ctx: PlatformContext, cluster: Cluster, addon: Addon) -> dict[str, Any]:
-    """The add-on's Helm values on one cluster: GPU node add-ons tolerate its GPU nodes."""
-    if addon.gpu_tolerations is None:
-        return addon.values
-    offered = list(ctx.offered(cluster).values())
-    return {**addon.values, addon.gpu_tolerations: ctx.gpu_tolerations(offered)}
+    """The add-on's Helm values on one cluster: GPU node add-ons tolerate its GPU nodes, and
+    the NCCL Inspector shipper gets its pipeline."""
+    values = dict(addon.values)
+    if addon.gpu_tolerations is not None:
+        offered = list(ctx.offered(cluster).values())
+        values[addon.gpu_tolerations] = ctx.gpu_tolerations(offered)
+    if addon.ships_nccl_inspector:
+        values |= fluent_bit_values(ctx, cluster)
+    return values

@@ -1,0 +1,118 @@
+"""Collective telemetry of GPU jobs, cluster side (seed §8): where NCCL Inspector and Flight
+Recorder dumps land, and how pods and Fluent Bit reach the cluster's ClickHouse.
+
+One source for both ends of the pipe: every GPU job pod mounts its job's folder of the node
+folder `Telemetry.node_dir` (generator.pods) and writes its dumps there; Fluent Bit, on the
+same nodes, tails exactly `Telemetry.tail_glob` and posts the lines to `RAW_TABLE`
+(generator.platform.telemetry). The deployment facts are the catalog's
+(platform/catalog/gke.yaml, `telemetry`); the facts fixed by the runtime and upstream
+projects are the constants below.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+from urllib.parse import urlencode
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from generator.units import Quantity
+from runtime.identity import Env
+
+# The runtime's names (runtime/telemetry/store.py DATABASE, runtime/telemetry/inspector.py
+# RAW_TABLE, created by runtime/telemetry/schema/0002_nccl_raw.sql); a test checks they agree.
+DATABASE: Final = "telemetry"
+RAW_TABLE: Final = "nccl_raw"  # one JSON object per row; a materialized view types it
+HTTP_PORT: Final = 8123  # ClickHouse's HTTP interface (reference/telemetry.md §5)
+INGEST_USER: Final = "ingest"  # writes rows (Fluent Bit, job pods) and runs the migrations
+READER_USER: Final = "reader"  # reads only (gkr ui, Grafana, agents)
+# The job's folder in every GPU pod; Flight Recorder dumps go to its `fr/` subfolder.
+POD_DUMP_DIR: Final = "/gkr/telemetry"
+FR_SUBFOLDER: Final = "fr"
+DUMP_VOLUME: Final = "gkr-telemetry"
+
+# NCCL Inspector, NVIDIA/nccl plugins/profiler/inspector/README.md (reference/telemetry.md
+# §1): the profiler plugin, switched on, writing its NDJSON every 30 s rather than only at
+# communicator teardown (the default), so that a hung or killed job still leaves its records.
+NCCL_PROFILER_PLUGIN: Final = "NCCL_PROFILER_PLUGIN"
+NCCL_INSPECTOR_ENABLE: Final = "NCCL_INSPECTOR_ENABLE"
+NCCL_INSPECTOR_DUMP_DIR: Final = "NCCL_INSPECTOR_DUMP_DIR"
+NCCL_INSPECTOR_INTERVAL: Final = "NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"
+INSPECTOR_INTERVAL_US: Final = 30_000_000
+# PyTorch Flight Recorder, torch/csrc/distributed/c10d/FlightRecorder.hpp and
+# ProcessGroupNCCL.hpp (reference/telemetry.md §2): a ring of 2000 entries (torch 2.13's
+# default, set so that it does not depend on the torch version), dumped per rank to
+# `<prefix><rank>` on a watchdog timeout, with durations (which need NCCL timing events).
+FR_ENV: Final = {
+    "TORCH_FR_BUFFER_SIZE": "2000",
+    "TORCH_FR_DUMP_TEMP_FILE": f"{POD_DUMP_DIR}/{FR_SUBFOLDER}/rank_",
+    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+    "TORCH_NCCL_ENABLE_TIMING": "1",
+}
+
+
+class Telemetry(BaseModel):
+    """Where a cluster's telemetry goes: the `telemetry` section of platform/catalog/gke.yaml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    namespace: str = Field(pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    """Namespace of the ClickHouseInstallation."""
+    installation: str = Field(pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$", max_length=40)
+    """Name of the ClickHouseInstallation; the operator names its Service clickhouse-<name>."""
+    storage: Quantity
+    """Size of ClickHouse's data volume."""
+    node_dir: str = Field(pattern=r"^(/[-_.a-zA-Z0-9]+)+$")
+    """Folder on every GPU node holding one subfolder per job, <namespace>/<job>."""
+    secret: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """Secret holding the ClickHouse passwords, in the telemetry namespace, the Fluent Bit
+    add-on's namespace and every team namespace; created outside Git."""
+    ingest_key: str = Field(pattern=r"^[-._a-zA-Z0-9]+$")
+    """Key of the ingest user's password in that Secret."""
+    reader_key: str = Field(pattern=r"^[-._a-zA-Z0-9]+$")
+    """Key of the reader user's password in that Secret."""
+
+    @property
+    def service_host(self) -> str:
+        """The in-cluster host of ClickHouse's Service (the operator's naming)."""
+        return f"clickhouse-{self.installation}.{self.namespace}.svc"
+
+    def dsn(self) -> str:
+        """GKR_TELEMETRY_DSN of a pod: the ingest user on the telemetry database. The password
+        is the pod's secret variable, which Kubernetes substitutes for `$(NAME)` when the
+        container starts; the manifest itself never holds it."""
+        auth = f"{INGEST_USER}:$({Env.TELEMETRY_PASSWORD})"
+        return f"http://{auth}@{self.service_host}:{HTTP_PORT}/{DATABASE}"
+
+    def job_subfolder(self, namespace: str, job: str) -> str:
+        """A job's folder, relative to `node_dir`: its path tells Fluent Bit whose dumps
+        they are."""
+        return f"{namespace}/{job}"
+
+    @property
+    def tail_glob(self) -> str:
+        """The NCCL Inspector files of every job on a node (`<hostname>-pid<PID>.log`)."""
+        return f"{self.node_dir}/*/*/*.log"
+
+    @property
+    def path_regex(self) -> str:
+        """Recovers namespace and job from a tailed file's path (a Fluent Bit regex parser)."""
+        return rf"^{re.escape(self.node_dir)}/(?<namespace>[^/]+)/(?<job>[^/]+)/[^/]+\.log$"
+
+
+def insert_uri() -> str:
+    """The HTTP request path that inserts NDJSON lines, one row each, into the raw table."""
+    return "/?" + urlencode({"query": f"INSERT INTO {DATABASE}.{RAW_TABLE} FORMAT JSONAsString"})
+
+
+def collective_env(plugin: str | None) -> dict[str, str]:
+    """What a GPU pod needs to record its collectives: the Flight Recorder always, the NCCL
+    Inspector where the accelerator catalog names its plugin."""
+    inspector = {
+        NCCL_PROFILER_PLUGIN: plugin,
+        NCCL_INSPECTOR_ENABLE: "1",
+        NCCL_INSPECTOR_INTERVAL: str(INSPECTOR_INTERVAL_US),
+        NCCL_INSPECTOR_DUMP_DIR: POD_DUMP_DIR,
+    } if plugin else {}
+    return {**inspector, **FR_ENV}
