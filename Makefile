@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint check security
+.PHONY: setup demo test lint check security browser
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Each demo run gets its own name, so it trains from step 0 and keeps earlier checkpoints.
+# ARGS adds overrides, e.g. ARGS='telemetry.inject_delay={rank:1,seconds:0.05}' (no spaces).
 demo: setup
-	$(BIN)/gkr run --local examples/train/tiny.yaml run.name=tiny-$$(date +%Y%m%d-%H%M%S)
+	$(BIN)/gkr run --local examples/train/tiny.yaml run.name=tiny-$$(date +%Y%m%d-%H%M%S) $(ARGS)
 
 # Style, the layer contracts (pyproject.toml [tool.importlinter]) and the type checker.
 lint: setup
@@ -35,5 +36,15 @@ check: setup
 security: setup
 	tools/checkov.sh
 
-test: lint check security
+# The gkr-ui test drives Debian's chromium through Playwright (whose own browser download
+# needs the internet): installed here when missing and we are root, else say how.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	else \
+		echo "chromium is missing: 'sudo apt-get install -y chromium' (the gkr-ui browser test skips without it)"; \
+	fi
+
+test: lint check security browser
 	$(BIN)/pytest

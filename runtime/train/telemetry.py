@@ -22,6 +22,7 @@ import torch
 from runtime.fleet import ServiceSummary, summary_dict
 from runtime.identity import Identity, Role
 from runtime.telemetry.collectives import CollectiveTimer, time_gradients
+from runtime.telemetry.flight_recorder import dump_rank
 from runtime.telemetry.sink import sink_for, start_store, stop_store
 from runtime.telemetry.store import Store, default_dsn, describe
 from runtime.telemetry.writer import TelemetryWriter
@@ -29,6 +30,9 @@ from runtime.train.config import TrainConfig
 
 log = logging.getLogger(__name__)
 LOCAL_CLUSTER = "local"  # the cluster of a run outside Kubernetes
+# What the driver's closing line counts: (table, label).
+SUMMARY = (("train_steps", "step rows"), ("collectives", "collective samples"),
+           ("fleet_summaries", "fleet summaries"), ("flight_recorder", "flight-recorder entries"))
 
 
 def identity(run_id: str, role: Role, rank: int = -1) -> Identity:
@@ -95,7 +99,12 @@ class RankTelemetry:
             self.writer.write("fleet_summaries", {"step": step, **summary_dict(summary)})
 
     def close(self) -> None:
-        """Write what is queued."""
+        """Add this rank's Flight Recorder entries (after a failure too: they show which
+        collective each rank reached), then write what is queued."""
+        try:
+            dump_rank(self.writer)
+        except Exception as error:  # a missing recorder must not hide the run's own outcome
+            log.warning("flight recorder: no dump from this rank: %s", error)
         self.writer.close()
 
 
@@ -123,16 +132,14 @@ class RunTelemetry:
         finally:
             stop_store(self.actor)
         where = describe(self.where.dsn)
-        return (f"telemetry: {counts.get('train_steps', 0)} step rows, "
-                f"{counts.get('collectives', 0)} collective samples, "
-                f"{counts.get('fleet_summaries', 0)} fleet summaries in {where}; "
+        written = ", ".join(f"{counts.get(table, 0)} {label}" for table, label in SUMMARY)
+        return (f"telemetry: {written} in {where}; "
                 f"see `gkr stragglers {self.run_id}` and `gkr ui`")
 
     def _counts(self) -> dict[str, int]:
-        sql = ("SELECT 'train_steps', count() FROM train_steps WHERE run = {run:String} "
-               "UNION ALL SELECT 'collectives', count() FROM collectives WHERE run = {run:String} "
-               "UNION ALL SELECT 'fleet_summaries', count() FROM fleet_summaries "
-               "WHERE run = {run:String}")
+        sql = " UNION ALL ".join(
+            f"SELECT '{table}', count() FROM {table} WHERE run = {{run:String}}"
+            for table, _ in SUMMARY)
         rows = self._query(sql, {"run": self.run_id})
         return {table: count for table, count in rows}
 

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client
 
 from runtime.errors import ConfigError
+from runtime.telemetry.events import LogEvents
 from runtime.warden import memory
 from runtime.warden.config import WardenConfig
 from runtime.warden.detect import Detector
-from runtime.warden.interfaces import CloudRepair, Cluster, NodeCheck, Telemetry
+from runtime.warden.interfaces import CloudRepair, Cluster, EventLog, NodeCheck, Telemetry
 from runtime.warden.keeper import ReservationKeeper
 from runtime.warden.model import (
     CheckResult,
@@ -43,6 +44,7 @@ class Seams:
     telemetry: Telemetry
     cloud: CloudRepair
     check: NodeCheck
+    events: EventLog = field(default_factory=LogEvents)  # what Warden did, for people
 
 
 class WardenActivities:
@@ -106,7 +108,12 @@ class WardenActivities:
         patch, count = memory.cordon_patch(notes, time.time(), window, reason, incident)
         self.cluster.patch_node(node, patch)
         activity.logger.info("cordoned %s (%d recent): %s", node, count, reason)
-        return self._outcome(count)
+        outcome = self._outcome(count)
+        self.seams.events.record(node, "cordon", reason, f"cordoned ({count} recent)")
+        if outcome.escalate:
+            self.seams.events.record(node, "escalate", reason, f"{count} cordons within "
+                                     f"{window:.0f}s: the next power cycle is a cloud repair")
+        return outcome
 
     @activity.defn(name="warden.cordon_memory")
     def cordon_memory(self, node: str) -> CordonOutcome:
@@ -122,6 +129,7 @@ class WardenActivities:
     def set_state(self, node: str, state: str) -> None:
         """Write the recovery phase on the node."""
         self.cluster.patch_node(node, memory.state_patch(state))
+        self.seams.events.record(node, state, "", f"settled: {state}")
 
     @activity.defn(name="warden.workloads")
     def workloads(self, node: str) -> Workloads:
@@ -169,6 +177,8 @@ class WardenActivities:
             self.seams.cloud.reboot(provider_id, request.key)
         else:
             self.seams.cloud.request_repair(provider_id, request.key, request.reason)
+        self.seams.events.record(request.node, request.action, request.reason,
+                                 f"{request.action} requested")
         return boot_id
 
     @activity.defn(name="warden.await_boot")
@@ -186,6 +196,7 @@ class WardenActivities:
     def uncordon(self, node: str) -> None:
         """Return the node to service, keeping its cordon history."""
         self.cluster.patch_node(node, memory.uncordon_patch())
+        self.seams.events.record(node, "uncordon", "", "returned to service")
 
     @activity.defn(name="warden.shrink")
     def shrink(self, request: ShrinkRequest) -> ShrinkOutcome:

@@ -46,6 +46,13 @@ class CloudRepair(Protocol):
     def request_repair(self, provider_id: str, key: str, reason: str) -> None: ...
 
 
+class EventLog(Protocol):
+    """Where Warden records what it did to a node (cordon, escalate, reboot, repair, uncordon,
+    a phase it settles in), for people and the telemetry store; never raises."""
+
+    def record(self, node: str, action: str, reason: str, message: str) -> None: ...
+
+
 class NodeCheck(Protocol):
     """Run a check suite on one node; `name` identifies the run so a retry joins it."""
 

@@ -11,6 +11,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
+from runtime.telemetry.events import event_log
 from runtime.warden.activities import Seams, WardenActivities
 from runtime.warden.alive import beat
 from runtime.warden.cluster import KubeCluster
@@ -23,13 +24,15 @@ from runtime.warden.workflows import NodeWorkflow, ShrinkWorkflow, SweepWorkflow
 
 
 def real_seams(config: WardenConfig) -> Seams:
-    """The production seams: Kubernetes API, Prometheus, Compute Engine, Jobs on the node."""
+    """The production seams: Kubernetes API, Prometheus, Compute Engine, Jobs on the node,
+    and the telemetry store GKR_TELEMETRY_DSN names for Warden's actions (else its log)."""
     cluster = KubeCluster.connect(config.kubernetes)
     return Seams(
         cluster=cluster,
         telemetry=PrometheusTelemetry(config.prometheus, config.detection.node_label),
         cloud=GceRepair(config.cloud),
         check=JobNodeCheck(cluster, config.checks),
+        events=event_log(),
     )
 
 

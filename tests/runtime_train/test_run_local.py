@@ -63,6 +63,10 @@ def _check_telemetry(store: str, stdout: str) -> None:
                                 "FROM train_steps WHERE run = {run:String} GROUP BY rank "
                                 "ORDER BY rank", {"run": run.group(1)}).rows
         assert steps == [(0, 20, 1, 20, "local"), (1, 20, 1, 20, "local")]
+        recorded = telemetry.query("SELECT rank, countIf(profiling_name = 'gloo:all_reduce') "
+                                   "FROM flight_recorder WHERE run = {run:String} GROUP BY rank "
+                                   "ORDER BY rank", {"run": run.group(1)}).rows
+        assert [rank for rank, all_reduces in recorded if all_reduces >= 20] == [0, 1]
         report = analyze(telemetry, run.group(1))
     assert [r.rank for r in report.persistent()] == [1]
 

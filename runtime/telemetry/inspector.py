@@ -1,0 +1,195 @@
+"""NCCL Inspector logs (`<dir>/<hostname>-pid<PID>.log`) into `collectives` rows.
+
+The NCCL profiler plugin writes one JSON object per line (reference/telemetry.md §1; NVIDIA/nccl
+`plugins/profiler/inspector/inspector_json.cc`, format v4.x). Lines are checked here, so that a
+bad file is reported as `file:line: field: problem` before anything is written; the checked
+lines then go to the `nccl_raw` table as they are, with the run's identity added as top-level
+keys, and the materialized view of schema/0002_nccl_raw.sql turns them into `collectives` rows
+(`source = 'nccl_inspector'`). That view is the one mapping, shared with Fluent Bit's path in
+a cluster, so a file loaded here and a line posted from a node give the same row.
+
+What a line may be:
+* a `coll_perf` or `p2p_perf` record: one row each;
+* a `dump_stats` record (newer plugins write one per communicator and dump, before its
+  records): no row, but its `*_dropped_since_last_dump` counts are summed and reported, since
+  they say the plugin's ring overflowed and records are missing;
+* an unterminated last line: the plugin was writing, or was killed mid-line. It is skipped and
+  reported; any other malformed line is an error, since the plugin writes whole lines only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runtime.errors import Category, RuntimeFailure
+from runtime.identity import Identity
+from runtime.telemetry.store import Store
+
+FORMAT_MAJOR = "v4."  # inspector_output_format_version: "v4.0" in v2.28-v2.30, "v4.2" after
+RAW_TABLE = "nccl_raw"
+# The view reads these top-level keys (schema/0002_nccl_raw.sql); the rest of the identity is
+# fixed there (an inspector rank is a communicator rank, not a training rank).
+IDENTITY_KEYS = ("cluster", "namespace", "team", "job", "kind", "run", "pod", "node")
+# json.cc writes doubles with "%lf" and NaN as "nan"; an infinite bandwidth (a zero-µs op)
+# comes out as a bare `inf`, which is not JSON: quoted, the view reads it as NULL like "nan".
+_BARE_INF = re.compile(rb'(?<=:)(-?inf)(?=[,}])')
+_CHUNK_BYTES = 16 << 20  # one INSERT body at most: bounded memory on the server side
+
+
+class InspectorError(RuntimeFailure):
+    """An NCCL Inspector log is not what the plugin writes; names the file, line and field."""
+
+    category = Category.INVALID_INPUT
+
+
+@dataclass(frozen=True)
+class InspectorLog:
+    """One checked log file: its records as NDJSON lines, and what was not a record."""
+
+    path: Path
+    lines: list[bytes]  # the coll_perf/p2p_perf records, one compact JSON object each
+    stats: int = 0  # dump_stats records (no row)
+    dropped: int = 0  # records the plugin reported lost to a full ring
+    truncated: bool = False  # the last line was cut off and skipped
+
+
+def read_log(path: Path, identity: Identity | None = None) -> InspectorLog:
+    """Check every line of a log; each record gets the identity's non-empty keys added."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise InspectorError(f"{path}: cannot read: {error.strerror or error}") from error
+    extra = identity_keys(identity or Identity())
+    raw_lines = data.split(b"\n")
+    last = raw_lines.pop()  # b"" when the file ends with a newline, as every whole line does
+    lines, stats, dropped = [], 0, 0
+    for number, raw in enumerate(raw_lines, start=1):
+        if not raw.strip():
+            continue
+        record = parse_line(raw, f"{path}:{number}")
+        if "dump_stats" in record:
+            stats += 1
+            dropped += _dropped(record["dump_stats"], f"{path}:{number}")
+            continue
+        lines.append(json.dumps({**record, **extra}, separators=(",", ":")).encode())
+    return InspectorLog(path, lines, stats, dropped, truncated=bool(last.strip()))
+
+
+def identity_keys(identity: Identity) -> dict[str, object]:
+    """The identity keys a record carries to the view; empty ones are left out, so that the
+    view falls back to the record's own `hostname` for the pod."""
+    row = identity.row()
+    return {key: row[key] for key in IDENTITY_KEYS if row[key]}
+
+
+def parse_line(raw: bytes, where: str) -> dict[str, Any]:
+    """One line as the plugin writes it, checked; `where` is `file:line` for messages."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InspectorError(f"{where}: not UTF-8 text (byte {error.start}); an NCCL "
+                             "Inspector log is JSON lines") from error
+    record = _json(text, where)
+    if not isinstance(record, dict):
+        raise InspectorError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    _check_header(record, where)
+    if "dump_stats" in record:
+        return record
+    for section, prefix in (("coll_perf", "coll"), ("p2p_perf", "p2p")):
+        if section in record:
+            _check_perf(_section(record, section, where), prefix, f"{where}: {section}")
+            return record
+    raise InspectorError(f"{where}: no coll_perf, p2p_perf or dump_stats object: not an "
+                         "NCCL Inspector record")
+
+
+def load(store: Store, logs: Sequence[InspectorLog]) -> int:
+    """Insert checked logs through `nccl_raw` (its view writes `collectives`); the rows."""
+    for log in logs:
+        for body in _chunks(log.lines):
+            store.insert_raw(RAW_TABLE, "JSONAsString", body)
+    return sum(len(log.lines) for log in logs)
+
+
+def _json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_not_json)
+    except json.JSONDecodeError as error:
+        fixed = _BARE_INF.sub(rb'"\1"', text.encode()).decode()
+        if fixed != text:
+            return _json(fixed, where)
+        raise InspectorError(f"{where}: not JSON: {error.msg} at column {error.colno}") \
+            from error
+
+
+def _not_json(token: str) -> Any:
+    """Python reads NaN and Infinity, which JSON (and ClickHouse) do not."""
+    raise json.JSONDecodeError(f"{token} is not JSON", token, 0)
+
+
+def _check_header(record: Mapping[str, Any], where: str) -> None:
+    header = _section(record, "header", where)
+    meta = _section(record, "metadata", where)
+    version = meta.get("inspector_output_format_version")
+    if not (isinstance(version, str) and version.startswith(FORMAT_MAJOR)):
+        raise InspectorError(f"{where}: metadata.inspector_output_format_version: {version!r} "
+                             f"is not supported ({FORMAT_MAJOR}x is)")
+    _fields(header, {"id": str, "rank": int, "n_ranks": int, "nnodes": int},
+            f"{where}: header")
+    _fields(meta, {"dump_timestamp_us": int, "hostname": str, "pid": int}, f"{where}: metadata")
+
+
+def _check_perf(perf: Mapping[str, Any], p: str, where: str) -> None:
+    _fields(perf, {p: str, f"{p}_sn": int, f"{p}_msg_size_bytes": int,
+                   f"{p}_timing_source": str}, where)
+    for name in (f"{p}_exec_time_us", f"{p}_algobw_gbs", f"{p}_busbw_gbs"):
+        value = perf.get(name)
+        if not _number(value) and value not in ("nan", "inf", "-inf"):
+            raise InspectorError(f"{where}.{name}: expected a number or \"nan\", got {value!r}")
+
+
+def _section(record: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any]:
+    value = record.get(name)
+    if not isinstance(value, dict):
+        shown = "missing" if name not in record else f"got {value!r}"
+        raise InspectorError(f"{where}: {name}: expected an object, {shown}")
+    return value
+
+
+def _fields(section: Mapping[str, Any], types: Mapping[str, type], where: str) -> None:
+    for name, kind in types.items():
+        value = section.get(name)
+        wrong = not isinstance(value, kind) or (kind is int and isinstance(value, bool))
+        if wrong:
+            expected = "an integer" if kind is int else "a string"
+            shown = "missing" if name not in section else f"got {value!r}"
+            raise InspectorError(f"{where}.{name}: expected {expected}, {shown}")
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _dropped(stats: object, where: str) -> int:
+    if not isinstance(stats, dict):
+        raise InspectorError(f"{where}: dump_stats: expected an object, got {stats!r}")
+    counts = [stats.get(f"{p}_dropped_since_last_dump", 0) for p in ("coll", "p2p")]
+    return sum(count for count in counts if isinstance(count, int))
+
+
+def _chunks(lines: list[bytes]) -> list[bytes]:
+    bodies, current, size = [], [], 0
+    for line in lines:
+        current.append(line)
+        size += len(line) + 1
+        if size >= _CHUNK_BYTES:
+            bodies.append(b"\n".join(current))
+            current, size = [], 0
+    if current:
+        bodies.append(b"\n".join(current))
+    return bodies

@@ -1,0 +1,1 @@
+"""Tests of the telemetry store, writers and analyses (runtime.telemetry)."""
