@@ -13,5 +13,7 @@ from generator.cli import run  # noqa: F401  isort: skip
 from generator.cli import warden  # noqa: F401  isort: skip
 from generator.cli import platform  # noqa: F401  isort: skip
 from generator.cli import cluster  # noqa: F401  isort: skip
+from generator.cli import telemetry  # noqa: F401  isort: skip
+from generator.cli import ui  # noqa: F401  isort: skip
 
 __all__ = ["app", "main"]

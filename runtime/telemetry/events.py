@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from runtime.identity import Env, Identity, Label
-from runtime.telemetry.store import Store
+from runtime.telemetry.store import Store, embedded
 from runtime.telemetry.writer import Row, TelemetryWriter, utc_now
 
 if TYPE_CHECKING:
@@ -149,13 +149,18 @@ def event_log(environ: Mapping[str, str] | None = None) -> LogEvents:
 
 class _LazyStore:
     """Opens the store on the first batch (on the writer's thread), and again after a
-    failure, so Warden starts, and keeps working, while the store is down."""
+    failure, so Warden starts, and keeps working, while the store is down. An embedded store
+    is opened for each batch only: holding its folder would lock out runs and `gkr ui`."""
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self.store: Store | None = None
 
     def insert(self, table: str, rows: list[Row]) -> None:
+        if embedded(self.dsn):
+            with Store.connect(self.dsn) as store:
+                store.insert(table, rows)
+            return
         if self.store is None:
             self.store = Store.connect(self.dsn)
         try:

@@ -7,21 +7,30 @@ each process inserts over HTTP itself, and no actor sits in the path.
 
 from __future__ import annotations
 
+import time
 from typing import Any
-from urllib.parse import urlsplit
 
 import ray
 from ray.exceptions import RayActorError
 
-from runtime.telemetry.store import Rows, Store, StoreError, describe
+from runtime.telemetry.store import Rows, Store, StoreBusy, StoreError, describe, embedded
 from runtime.telemetry.writer import Row, RowSink
 
 
 class StoreActor:
     """The one process holding an embedded store during a run."""
 
-    def __init__(self, dsn: str) -> None:
-        self.store = Store.connect(dsn)
+    def __init__(self, dsn: str, wait_s: float = 10.0) -> None:
+        # `gkr ui` and the CLI open the folder for a moment per request: wait those out.
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.store = Store.connect(dsn)
+                return
+            except StoreBusy:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def ready(self) -> None:
         """Answers once the store is open (a failure to open is raised to the caller)."""
@@ -59,11 +68,6 @@ class DirectSink:
     def insert(self, table: str, rows: list[Row]) -> None:
         """Insert over HTTP."""
         self.store.insert(table, rows)
-
-
-def embedded(dsn: str) -> bool:
-    """Whether the DSN names an embedded store (one process per folder)."""
-    return urlsplit(dsn).scheme == "chdb"
 
 
 def actor_name(run_id: str) -> str:

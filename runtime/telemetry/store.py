@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from runtime.errors import Category, RuntimeFailure
 from runtime.identity import Env
@@ -86,7 +86,7 @@ class Store:
         """Open the store (creating an embedded one's folder and database) and bring its
         schema up to date."""
         dsn = dsn or default_dsn()
-        store = cls(_client(dsn), dsn)
+        store = cls(_client(dsn, create=migrate), dsn)
         if migrate:
             try:
                 store.migrate()
@@ -160,8 +160,8 @@ class Store:
             raise _translate(error, self.dsn, sql) from error
 
 
-def _client(dsn: str) -> Any:
-    """A clickhouse-connect client on the telemetry database."""
+def _client(dsn: str, create: bool = True) -> Any:
+    """A clickhouse-connect client on the telemetry database (created first when `create`)."""
     import clickhouse_connect  # heavy: only the commands that use telemetry pay for it
 
     scheme = urlsplit(dsn).scheme
@@ -173,7 +173,7 @@ def _client(dsn: str) -> Any:
             bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
             return clickhouse_connect.get_client(dsn=dsn, database=DATABASE)
         if scheme in ("http", "https"):
-            return clickhouse_connect.get_client(dsn=dsn)
+            return _server_client(clickhouse_connect, dsn, create)
     except Exception as error:
         raise _translate(error, dsn, "connect") from error
     raise StoreError(
@@ -182,9 +182,37 @@ def _client(dsn: str) -> Any:
     )
 
 
+def _server_client(clickhouse_connect: Any, dsn: str, create: bool) -> Any:
+    """A client on the DSN's database (`telemetry` when the path names none).
+
+    clickhouse-connect takes the database from the DSN's path and a server refuses a client
+    whose database is absent, so a first connection creates it from the user's default
+    database, as the chDB path does.
+    """
+    parts = urlsplit(dsn)
+    database = unquote(parts.path.strip("/").split("/")[0]) or DATABASE
+    if create:
+        bootstrap = clickhouse_connect.get_client(dsn=parts._replace(path="").geturl())
+        try:
+            bootstrap.command(f"CREATE DATABASE IF NOT EXISTS `{database.replace('`', '``')}`")
+        finally:
+            bootstrap.close()
+    return clickhouse_connect.get_client(dsn=dsn, database=database)
+
+
 def _translate(error: Exception, dsn: str, sql: str) -> StoreError:
     text = str(error)
     where = describe(dsn)
+    if "AUTHENTICATION_FAILED" in text:
+        user = urlsplit(dsn).username or "default"
+        return StoreError(f"telemetry store {where}: the server refused user {user!r} "
+                          "(wrong user or password); fix the DSN or "
+                          f"{Env.TELEMETRY_DSN}")
+    if "already initialized with path" in text:  # chDB: one folder per process, ever open
+        return StoreBusy(
+            f"telemetry store {where}: this process already has another chDB folder open "
+            "(chDB opens one folder per process at a time); close that store first"
+        )
     if "EmbeddedServer" in text or "Cannot lock file" in text:
         return StoreBusy(
             f"telemetry store {where} is open in another process (chDB allows one process per "
@@ -193,8 +221,16 @@ def _translate(error: Exception, dsn: str, sql: str) -> StoreError:
         )
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
     if "DB::Exception" in text or "Code:" in text:
-        return QueryError(f"telemetry store {where}: {first}")
+        return QueryError(f"telemetry store {where}: {_server_message(text)}")
     return StoreError(f"telemetry store {where}: {sql.split()[0] if sql else ''}: {first}")
+
+
+def _server_message(text: str) -> str:
+    """ClickHouse's own message on one line: from `Code: N.` on, without the HTTP client's
+    preamble and the `(version …)`/`(for url …)` trailers."""
+    start = text.find("Code: ")
+    message = re.sub(r"\s*\((?:version|for url) [^)]*\)", "", text[max(start, 0):])
+    return " ".join(message.split())
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -212,3 +248,8 @@ def statements(sql: str) -> list[str]:
     """The statements of a schema file: `--` comments dropped, split at `;` ending a line."""
     lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
     return [s.strip() for s in re.split(r";\s*$", "\n".join(lines), flags=re.M) if s.strip()]
+
+
+def embedded(dsn: str) -> bool:
+    """Whether the DSN names an embedded store, which one process at a time may open."""
+    return urlsplit(dsn).scheme == "chdb"

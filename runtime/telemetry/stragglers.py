@@ -1,21 +1,27 @@
-"""Straggler analysis (seed §8.3) over the `collectives` table.
+"""Straggler analysis (seed §8.3) over a run's collective samples.
 
 The method is SQL in `sql/straggler_windows.sql` and `sql/straggler_ranks.sql`, so an engineer
-or an agent can run and refine it with `gkr telemetry sql`; this module runs both and types
-the result for the CLI and gkr-ui.
+or an agent can run and refine it with `gkr telemetry sql`; this module picks the table those
+queries read (`sql/straggler_source.sql`: the 10-second buckets when they are complete and the
+window is a multiple of 10 s, else every sample; both give the same answer), runs both, and
+types the result for the CLI and gkr-ui.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
 from runtime.errors import Category, RuntimeFailure
-from runtime.telemetry.store import Store
+from runtime.telemetry.store import Store, describe
 
 DEFAULT_WINDOW_S = 30
+BUCKET_S = 10  # the buckets of schema/0003_collective_buckets.sql
+BUCKETS, SAMPLES = "collective_buckets", "collective_samples"
+PERSISTENT_SHARE = 0.5  # last in more than half of its groups: a persistent straggler (two
+# ranks of equal speed are each last in about half)
 
 
 class NoSamples(RuntimeFailure):
@@ -24,11 +30,17 @@ class NoSamples(RuntimeFailure):
     category = Category.INVALID_INPUT
 
 
+class BadWindow(RuntimeFailure):
+    """The window is not a whole number of seconds, at least one."""
+
+    category = Category.INVALID_INPUT
+
+
 @dataclass(frozen=True)
 class Window:
     """One collective group in one window: who arrived last and what the others waited."""
 
-    window_start: datetime
+    window_start: datetime  # timezone-aware UTC
     comm_id: str
     comm_name: str
     coll: str
@@ -38,6 +50,7 @@ class Window:
     last_rank: int
     transfer_us: float
     skew_us: float
+    wait_p50_us: float
     waiting_us: tuple[tuple[int, float], ...]  # (rank, waiting), in rank order
 
 
@@ -51,6 +64,8 @@ class RankSummary:
     times_last: int
     groups: int
     share_last: float
+    windows_last: int
+    windows_seen: int
     mean_skew_us: float
     max_skew_us: float
     mean_waiting_us: float
@@ -62,18 +77,37 @@ class StragglerReport:
 
     run: str
     window_s: int
+    source: str  # the table read: collective_buckets or collective_samples
     windows: tuple[Window, ...]
     ranks: tuple[RankSummary, ...]
 
-    def persistent(self, min_share: float = 0.5) -> tuple[RankSummary, ...]:
-        """The ranks that arrived last in at least `min_share` of their groups."""
-        return tuple(r for r in self.ranks if r.times_last and r.share_last >= min_share)
+    @property
+    def window_count(self) -> int:
+        """Distinct windows with at least one group of two or more ranks."""
+        return len({window.window_start for window in self.windows})
+
+    def persistent(self, min_share: float = PERSISTENT_SHARE) -> tuple[RankSummary, ...]:
+        """The ranks that arrived last in more than `min_share` of their groups."""
+        return tuple(r for r in self.ranks if r.share_last > min_share)
+
+    def conclusion(self) -> str:
+        """One line: the persistent straggler, or that there is none and who came closest."""
+        top = self.ranks[0]
+        placed = ", ".join(f"{what} {name}" for what, name in (("pod", top.pod),
+                                                                ("node", top.node)) if name)
+        where = f"rank {top.rank}" + (f" ({placed})" if placed else "")
+        how = (f"{top.windows_last}/{self.window_count} windows ({top.times_last}/{top.groups} "
+               f"collective groups), mean skew {top.mean_skew_us / 1000:.1f} ms")
+        if top.share_last > PERSISTENT_SHARE:
+            return f"{where} arrived last in {how}"
+        return f"no persistent straggler: {where} arrived last most often, in {how}"
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain data (times as RFC 3339), for `-o json` and the UI."""
+        """Plain data (times as RFC 3339 UTC), for `-o json` and the UI."""
         data = asdict(self)
         for window in data["windows"]:
-            window["window_start"] = window["window_start"].isoformat()
+            window["window_start"] = window["window_start"].isoformat().replace("+00:00", "Z")
+        data["conclusion"] = self.conclusion()
         return data
 
 
@@ -85,18 +119,36 @@ def sql(name: str) -> str:
 def analyze(store: Store, run: str, window_s: int = DEFAULT_WINDOW_S) -> StragglerReport:
     """Run the straggler analysis of one run over windows of `window_s` seconds."""
     if window_s < 1:
-        raise RuntimeFailure(f"window {window_s}s: must be at least 1 second")
-    parameters = {"run": run, "window_s": window_s}
+        raise BadWindow(f"window {window_s}s: must be at least 1 second")
+    table = source(store, run, window_s)
+    parameters = {"run": run, "window_s": window_s, "source": table}
     windows = store.query(sql("straggler_windows.sql"), parameters).dicts()
     if not windows:
-        raise NoSamples(
-            f"run {run!r} has no collective samples from two or more ranks in "
-            f"{store.dsn}; list runs with `gkr telemetry sql \"SELECT DISTINCT run FROM "
-            f"collectives\"`, or load inspector logs with `gkr telemetry ingest`"
-        )
+        raise _no_samples(store, run, "from two or more ranks of one group ")
     ranks = store.query(sql("straggler_ranks.sql"), parameters).dicts()
-    return StragglerReport(
-        run, window_s,
-        tuple(Window(**{**w, "waiting_us": tuple(map(tuple, w["waiting_us"]))}) for w in windows),
-        tuple(RankSummary(**r) for r in ranks),
-    )
+    return StragglerReport(run, window_s, table,
+                           tuple(_window(w) for w in windows),
+                           tuple(RankSummary(**r) for r in ranks))
+
+
+def source(store: Store, run: str, window_s: int) -> str:
+    """The table the analysis of `run` reads (see sql/straggler_source.sql)."""
+    samples, bucketed = store.query(sql("straggler_source.sql"), {"run": run}).rows[0]
+    if not samples:
+        raise _no_samples(store, run, "")
+    return BUCKETS if samples == bucketed and window_s % BUCKET_S == 0 else SAMPLES
+
+
+def _window(row: dict[str, Any]) -> Window:
+    start = row["window_start"]
+    start = start.replace(tzinfo=UTC) if start.tzinfo is None else start.astimezone(UTC)
+    return Window(**{**row, "window_start": start,
+                     "waiting_us": tuple((int(r), float(w)) for r, w in row["waiting_us"])})
+
+
+def _no_samples(store: Store, run: str, which: str) -> NoSamples:
+    return NoSamples(
+        f"run {run!r} has no collective samples {which}in the telemetry store "
+        f"{describe(store.dsn)}; list the runs with `gkr telemetry sql \"SELECT run, count() FROM "
+        f"collectives GROUP BY run\"`, or load NCCL Inspector logs with `gkr telemetry "
+        f"ingest inspector PATH --run {run}`")

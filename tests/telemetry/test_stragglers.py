@@ -1,0 +1,131 @@
+"""The straggler method (seed §8.3) on synthetic samples with known stragglers: 16 ranks, three
+groups (two communicators, two message sizes of one), arrival noise, twelve windows; a
+persistent straggler, an intermittent one that is later still in three windows, and a group
+seen from one rank only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from runtime.telemetry import stragglers
+from runtime.telemetry.store import Store
+from runtime.telemetry.stragglers import NoSamples, analyze
+from tests.telemetry.synthetic import DEFAULT_GROUPS, Group, Run, Straggler, samples
+from tests.telemetry.test_store import migrate_until
+
+PERSISTENT, INTERMITTENT, SLOW_WINDOWS = 5, 11, (2, 5, 8)
+SOLO = Group("0xsolo", "Solo", "Broadcast", 1 << 20, 300.0, ranks=(0,))
+RUN = Run(run="synth", ranks=16, windows=12, groups=(*DEFAULT_GROUPS, SOLO),
+          stragglers=(Straggler(PERSISTENT, 15_000.0),
+                      Straggler(INTERMITTENT, 25_000.0, SLOW_WINDOWS)))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    # Per test: chDB opens one folder per process, and other tests open their own.
+    with Store.connect(f"chdb://{tmp_path / 'store'}") as opened:
+        opened.insert_arrow("collectives", samples(RUN))
+        yield opened
+
+
+def _index(report: stragglers.StragglerReport) -> dict[object, int]:
+    starts = sorted({w.window_start for w in report.windows})
+    return {start: i for i, start in enumerate(starts)}
+
+
+def test_the_injected_straggler_is_last_in_every_window_it_is_not_outrun(store) -> None:
+    report = analyze(store, RUN.run, 30)
+    index = _index(report)
+    assert len(index) == RUN.windows and len(report.windows) == RUN.windows * 3
+    for window in report.windows:
+        slow = index[window.window_start] in SLOW_WINDOWS
+        assert window.last_rank == (INTERMITTENT if slow else PERSISTENT)
+        assert window.ranks == RUN.ranks
+        delay = 25_000 if slow else 15_000
+        assert delay * 0.85 < window.skew_us < delay * 1.1  # the arrival delay, not the noise
+        assert dict(window.waiting_us)[window.last_rank] == 0.0
+        group = next(g for g in DEFAULT_GROUPS if (g.comm_id, g.msg_size_bytes) ==
+                     (window.comm_id, window.msg_size_bytes))
+        assert group.transfer_us <= window.transfer_us < group.transfer_us * 1.1
+
+
+def test_the_persistent_table_ranks_the_straggler_first_and_maps_it_to_pod_and_node(store):
+    report = analyze(store, RUN.run, 30)
+    first, second = report.ranks[:2]
+    assert (first.rank, first.pod, first.node) == (PERSISTENT, "synth-worker-0",
+                                                   "gke-a3-node-0000")
+    assert (first.times_last, first.groups, first.windows_last) == (27, 36, 9)
+    assert 13_000 < first.mean_skew_us < 17_000 and first.mean_waiting_us < 3_000
+    assert (second.rank, second.times_last, second.windows_last) == (INTERMITTENT, 9, 3)
+    assert second.node == "gke-a3-node-0001"
+    assert [r.rank for r in report.persistent()] == [PERSISTENT]
+    assert all(r.times_last == 0 for r in report.ranks[2:])
+    assert report.conclusion().startswith(
+        "rank 5 (pod synth-worker-0, node gke-a3-node-0000) arrived last in 9/12 windows "
+        "(27/36 collective groups), mean skew 15.")
+
+
+def test_a_group_seen_from_one_rank_is_left_out(store) -> None:
+    report = analyze(store, RUN.run, 30)
+    assert SOLO.comm_id not in {w.comm_id for w in report.windows}
+    assert all(r.groups == 36 for r in report.ranks)  # the solo group counts for no one
+
+
+def test_buckets_and_samples_give_the_same_answer(store) -> None:
+    bucketed = analyze(store, RUN.run, 60)
+    assert bucketed.source == stragglers.BUCKETS
+    raw = store.query(stragglers.sql("straggler_windows.sql"),
+                      {"run": RUN.run, "window_s": 60, "source": stragglers.SAMPLES}).dicts()
+    assert [(w["last_rank"], w["ranks"]) for w in raw] == \
+        [(w.last_rank, w.ranks) for w in bucketed.windows]
+    for row, window in zip(raw, bucketed.windows, strict=True):
+        assert row["skew_us"] == pytest.approx(window.skew_us, rel=1e-9)
+    odd = analyze(store, RUN.run, 15)  # not a whole number of 10 s buckets: every sample
+    assert odd.source == stragglers.SAMPLES and len(_index(odd)) == 2 * RUN.windows
+
+
+def test_incomplete_buckets_fall_back_to_the_samples(tmp_path) -> None:
+    run = replace(RUN, run="partial", windows=3, stragglers=(Straggler(PERSISTENT, 15_000.0),))
+    with Store.connect(f"chdb://{tmp_path / 'store'}") as opened:
+        opened.insert_arrow("collectives", samples(run))
+        opened.command("DELETE FROM collective_buckets WHERE rank = 3")
+        report = analyze(opened, run.run, 30)
+    assert report.source == stragglers.SAMPLES and report.ranks[0].rank == PERSISTENT
+    assert all(w.ranks == run.ranks for w in report.windows)
+
+
+def test_migrating_a_store_with_samples_fills_their_buckets(tmp_path) -> None:
+    run = replace(RUN, run="older", windows=3)
+    with Store.connect(f"chdb://{tmp_path / 'store'}", migrate=False) as opened:
+        migrate_until(opened, 2)  # a store made before the buckets existed
+        opened.insert_arrow("collectives", samples(run))
+        assert "0003_collective_buckets.sql" in opened.migrate()
+        assert stragglers.source(opened, run.run, 30) == stragglers.BUCKETS
+        opened.command("DELETE FROM schema_migrations WHERE version = 3")
+        opened.migrate()  # a re-run skips the run it filled: no sample counted twice
+        assert stragglers.source(opened, run.run, 30) == stragglers.BUCKETS
+
+
+def test_an_unknown_run_says_so_and_how_to_find_runs(store) -> None:
+    with pytest.raises(NoSamples) as raised:
+        analyze(store, "no-such-run")
+    message = str(raised.value)
+    assert "run 'no-such-run' has no collective samples" in message
+    assert "gkr telemetry sql" in message and "gkr telemetry ingest" in message
+
+
+def test_a_run_of_one_rank_per_group_has_nothing_to_compare(tmp_path) -> None:
+    alone = Run(run="alone", ranks=1, windows=2, groups=(SOLO,), stragglers=())
+    with Store.connect(f"chdb://{tmp_path / 'store'}") as opened:
+        opened.insert_arrow("collectives", samples(alone))
+        with pytest.raises(NoSamples, match="from two or more ranks of one group"):
+            analyze(opened, "alone")
+
+
+def test_a_window_under_a_second_is_refused(store) -> None:
+    with pytest.raises(stragglers.BadWindow, match="at least 1 second"):
+        analyze(store, RUN.run, 0)

@@ -1,0 +1,414 @@
+"""gkr-ui's JSON API and server (runtime.telemetry.ui), without a browser: `gkr ui` runs as a
+real process on a real chDB store filled with a small synthetic run, and is asked over HTTP.
+
+The browser half is test_ui_browser.py; it reuses `fill_store` and `UiProcess` from here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.telemetry.store import Store
+from runtime.warden.model import Trigger
+from runtime.warden.triggers import trigger_node
+from tests.doubles.kube_apiserver import KubeApiServer
+from tests.warden.conftest import (  # noqa: F401  Warden's fixtures: Temporal, the doubles
+    RunningWorker,
+    check_jobs,
+    doubles,
+    fast_config,
+    kube,
+    loop,
+    temporal,
+)
+from tests.warden.test_warden_flow import result
+from tests.warden.warden_doubles import gpu_node
+
+ROOT = Path(__file__).resolve().parents[2]
+GKR = str(Path(sys.executable).parent / "gkr")  # the console script, as a user runs it
+# An hour ago, on a 5-minute boundary (so windows align): recent, since the tables' TTLs drop
+# old rows (collectives after 30 days) as they are written.
+_HOUR_AGO = datetime.now(UTC) - timedelta(hours=1)
+T0 = _HOUR_AGO.replace(minute=_HOUR_AGO.minute // 5 * 5, second=0, microsecond=0)
+RUN = "synthetic-run"
+STRAGGLER = 2  # the rank that arrives late at every all-reduce
+RANKS = 4
+STEPS = 60
+STEP_S = 3  # 60 steps of 3 s: 180 s, six 30 s windows
+EVIL = '<img src="a/b" onerror="window.__pwned=1">'  # a run name that must stay text
+EVIL_MESSAGE = "<script>window.__pwned=2</script><b>bold</b> & done"
+
+
+def _identity(run: str, rank: int, role: str = "worker") -> dict[str, Any]:
+    pod = f"{run[:20]}-worker-{rank}" if rank >= 0 else f"{run[:20]}-head"
+    return {"cluster": "local", "namespace": "team-llm", "team": "llm", "job": "tiny",
+            "kind": "rayjob", "run": run, "learner": "", "replica_group": -1, "rank": rank,
+            "role": role, "pod": pod, "node": f"node-{max(rank, 0) // 2}"}
+
+
+def _steps(run: str, steps: int) -> list[dict[str, Any]]:
+    rows = []
+    for step in range(steps):
+        for rank in range(RANKS):
+            step_time = 0.5 + (0.05 if rank == STRAGGLER else 0.0) + 0.01 * math.sin(step / 8)
+            rows.append({**_identity(run, rank), "ts": T0 + timedelta(seconds=step * STEP_S),
+                         "step": step, "loss": 2.5 * math.exp(-step / 20) + 0.1 + 0.02 * rank,
+                         "step_time_s": step_time, "samples_per_s": 32 / step_time,
+                         "tokens_per_s": 32 * 128 / step_time})
+    return rows
+
+
+def _collectives(run: str) -> list[dict[str, Any]]:
+    """Two all-reduce groups per step; the straggler's own time is the transfer alone (it
+    arrives last and waits for nobody), the others' is their wait for it plus the transfer."""
+    rows = []
+    for step in range(STEPS):
+        for size, transfer in ((4 << 20, 1_000.0), (1 << 20, 300.0)):
+            for rank in range(RANKS):
+                wait = 0.0 if rank == STRAGGLER else 5_000.0 + 100.0 * ((step + rank) % 4)
+                rows.append({**_identity(run, rank),
+                             "ts": T0 + timedelta(seconds=step * STEP_S, microseconds=rank),
+                             "source": "gloo_timer", "comm_id": f"{run}/dp",
+                             "comm_name": "DDP gradients", "n_ranks": RANKS, "nnodes": 2,
+                             "coll": "AllReduce", "coll_sn": step, "msg_size_bytes": size,
+                             "exec_time_us": transfer + wait, "timing_source": "collective_cpu",
+                             "algo": "", "hostname": "h", "pid": 1})
+    return rows
+
+
+def _fleet(run: str) -> list[dict[str, Any]]:
+    rows = []
+    for i in range(STEPS * STEP_S // 10):
+        for service, base in (("tokenizer", 2.0), ("reward", 8.0)):
+            degraded = service == "reward" and i >= 15
+            rows.append({**_identity(run, 0), "ts": T0 + timedelta(seconds=10 * i), "step": i,
+                         "service": service, "throughput_rps": 100.0 + i,
+                         "queue_wait_ms_p50": base + i * 0.1, "queue_wait_ms_p99": base * 3,
+                         "process_ms_p50": base * 2, "process_ms_p99": base * 5,
+                         "transfer_ms_p50": base / 2,
+                         "transfer_ms_p99": None if i == 3 else base,  # a window without samples
+                         "pending": i % 5, "workers_healthy": 3 if degraded else 4,
+                         "workers_known": 4, "restarts": int(degraded and i == 15),
+                         "errors": 2 if degraded else 0})
+    return rows
+
+
+def _event(run: str, reason: str, at: datetime, message: str, source: str = "driver",
+           severity: str = "Normal") -> dict[str, Any]:
+    return {**_identity(run, -1, "head"), "ts": at, "source": source, "object_kind": "Run",
+            "object_name": run, "reason": reason, "severity": severity, "message": message,
+            "count": 1}
+
+
+def fill_cluster(api: KubeApiServer) -> None:
+    """Two nodes, the straggler's pod running on one (a GKR pod: managed-by gkr), and a pod
+    that is not GKR's. Label keys spelled here, independently of runtime/identity.py."""
+    for name, ready in (("node-0", "True"), ("node-1", "False")):
+        api.put({"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": name, "labels": {"node.kubernetes.io/instance-type": "a3-highgpu-8g"},
+            "annotations": {"warden.gkr.dev/state": "cordoned"} if ready == "False" else {}},
+            "spec": {"unschedulable": ready == "False"},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]}})
+    labels = {"app.kubernetes.io/managed-by": "gkr", "gkr.dev/job": "tiny",
+              "gkr.dev/role": "worker"}
+    for name, owned in ((f"{RUN}-worker-{STRAGGLER}", True), ("someone-else", False)):
+        api.put({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "namespace": "team-llm", "labels": labels if owned else {}},
+            "spec": {"nodeName": "node-1", "containers": [{"name": "main", "image": "i"}]},
+            "status": {"phase": "Running", "startTime": _rfc3339(T0),
+                       "containerStatuses": [{"name": "main", "restartCount": 1}]}})
+
+
+def fill_store(dsn: str) -> None:
+    """The synthetic run, in a child process: this one may hold another chDB folder already
+    (chDB serves one folder a process; an in-process Warden worker's event log keeps the
+    session's store open)."""
+    code = f"from tests.telemetry.test_ui import write_store\nwrite_store({dsn!r})"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=300)
+
+
+def write_store(dsn: str) -> None:
+    """The synthetic run (4 ranks, rank 2 the straggler, two aux services, started and
+    succeeded), a failed run whose name and message are HTML, and a Warden event."""
+    end = T0 + timedelta(seconds=STEPS * STEP_S)
+    with Store.connect(dsn) as store:
+        store.insert("train_steps", _steps(RUN, STEPS) + _steps(EVIL, 3))
+        store.insert("collectives", _collectives(RUN))
+        store.insert("fleet_summaries", _fleet(RUN))
+        store.insert("events", [
+            _event(RUN, "Started", T0, f"run {RUN} started"),
+            _event(RUN, "Succeeded", end, f"run {RUN} finished"),
+            _event(EVIL, "Started", end, "started"),
+            _event(EVIL, "Failed", end + timedelta(seconds=5), EVIL_MESSAGE,
+                   severity="Warning"),
+            {**_event("", "Cordoned", end, "node-1: XID 79 " + EVIL_MESSAGE, source="warden"),
+             "object_kind": "Node", "object_name": "node-1", "node": "node-1"},
+        ])
+
+
+@dataclass
+class UiProcess:
+    """`gkr ui` as a child process on a free port: its URL, and its output so far."""
+
+    process: subprocess.Popen[str]
+    url: str
+    output: list[str]
+
+    @classmethod
+    def start(cls, dsn: str, *extra: str, env: dict[str, str] | None = None) -> UiProcess:
+        command = [GKR, "ui", "--port", "0", "--dsn", dsn,
+                   "--temporal-address", "127.0.0.1:1", *extra]
+        process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, env=env or _env())
+        assert process.stdout is not None
+        output: list[str] = []
+        first = process.stdout.readline()  # blocks until the server says where it listens
+        output.append(first)
+        threading.Thread(target=lambda: output.extend(process.stdout or []), daemon=True).start()
+        found = re.search(r"(http://127\.0\.0\.1:\d+/)", first)
+        if found is None:
+            process.kill()
+            pytest.fail(f"gkr ui did not start: {first}{process.stdout.read()}")
+        return cls(process, found.group(1), output)
+
+    def get(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        """Status, headers and body of a GET (an HTTP error status is an answer too)."""
+        try:
+            with urllib.request.urlopen(self.url.rstrip("/") + path, timeout=120) as answer:
+                return answer.status, dict(answer.headers), answer.read()
+        except urllib.error.HTTPError as error:
+            return error.code, dict(error.headers), error.read()
+
+    def json(self, path: str, status: int = 200) -> Any:
+        code, _, body = self.get(path)
+        assert code == status, body
+        return json.loads(body)
+
+    def stop(self) -> int:
+        """Ctrl-C, as a user stops it; the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+        return self.process.wait(timeout=60)
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def _env() -> dict[str, str]:
+    # No cluster: an empty kubeconfig path list falls back to ~/.kube/config, so point at none.
+    return {**os.environ, "KUBECONFIG": "/nonexistent/kubeconfig", "NO_COLOR": "1"}
+
+
+@pytest.fixture(scope="module")
+def store_dsn(tmp_path_factory: pytest.TempPathFactory) -> str:
+    dsn = f"chdb://{tmp_path_factory.mktemp('ui') / 'telemetry'}"
+    fill_store(dsn)
+    return dsn
+
+
+@pytest.fixture(scope="module")
+def ui(store_dsn: str) -> Iterator[UiProcess]:
+    server = UiProcess.start(store_dsn)
+    yield server
+    server.stop()
+
+
+def test_runs_lists_both_runs_with_steps_ranks_and_state(ui) -> None:
+    body = ui.json("/api/runs")
+    runs = {run["run"]: run for run in body["runs"]}
+    assert set(runs) == {RUN, EVIL}
+    run = runs[RUN]
+    assert (run["last_step"], run["ranks"], run["state"]) == (STEPS - 1, RANKS, "Succeeded")
+    assert run["first_ts"] == _rfc3339(T0)
+    assert run["last_ts"] == _rfc3339(T0 + timedelta(minutes=3))  # the Succeeded event
+    assert runs[EVIL]["state"] == "Failed"
+    assert body["store"].startswith("chdb://")
+
+
+def test_run_page_has_curves_fleet_placement_and_events(ui) -> None:
+    page = ui.json(f"/api/runs/{urllib.parse.quote(RUN, safe='')}")
+    steps = page["steps"]
+    assert [row["step_from"] for row in steps] == list(range(STEPS))
+    first = steps[0]
+    assert first["ranks"] == RANKS
+    assert first["loss_mean"] == pytest.approx(2.6 + 0.02 * 1.5)  # mean of 2.6 + 0.02 * rank
+    assert (first["loss_min"], first["loss_max"]) == pytest.approx((2.6, 2.66))
+    assert first["run_samples_per_s"] == pytest.approx(3 * 32 / 0.5 + 32 / 0.55)  # all ranks
+    assert set(page["fleet"]) == {"tokenizer", "reward"}
+    assert len(page["fleet"]["reward"]) == 18  # one point per 10 s summary (bucket 1 s)
+    assert page["fleet"]["reward"][3]["transfer_ms_p99"] is None
+    health = {row["service"]: row for row in page["health"]}
+    assert (health["reward"]["workers_healthy"], health["reward"]["errors"]) == (3, 6)
+    workers = [p for p in page["placement"] if p["role"] == "worker"]
+    assert [(p["rank"], p["pod"], p["node"]) for p in workers] == [
+        (r, f"{RUN}-worker-{r}", f"node-{r // 2}") for r in range(RANKS)]
+    assert [e["reason"] for e in page["events"]] == ["Succeeded", "Started"]
+
+
+def test_stragglers_fold_the_analysis_into_rank_by_window_cells(ui) -> None:
+    body = ui.json(f"/api/runs/{RUN}/stragglers?window=30")
+    assert body["available"] and body["window_s"] == 30
+    heat = body["heatmap"]
+    assert heat["ranks"] == list(range(RANKS))
+    assert len(heat["windows"]) == 6 == heat["windows_total"]
+    assert heat["windows"][0] == _rfc3339(T0)
+    late = heat["late_us"]
+    for window in range(6):
+        column = [late[rank][window] for rank in range(RANKS)]
+        # The straggler came about 5 ms after the others, who came within 0.3 ms of each other.
+        assert column[STRAGGLER] > 4_000
+        assert max(column[:STRAGGLER] + column[STRAGGLER + 1:]) < 1_000
+        assert heat["last"][STRAGGLER][window] == heat["groups"][STRAGGLER][window] == 2
+    top = body["ranks"][0]
+    assert (top["rank"], top["persistent"], top["share_last"]) == (STRAGGLER, True, 1.0)
+    assert top["pod"] == f"{RUN}-worker-{STRAGGLER}" and top["node"] == "node-1"
+    assert [r["persistent"] for r in body["ranks"][1:]] == [False] * (RANKS - 1)
+    wider = ui.json(f"/api/runs/{RUN}/stragglers?window=60")["heatmap"]
+    assert len(wider["windows"]) == 3
+
+
+def test_a_run_without_collectives_says_so_and_an_unknown_run_is_404(ui) -> None:
+    body = ui.json(f"/api/runs/{urllib.parse.quote(EVIL, safe='')}/stragglers")
+    assert body["available"] is False and "no collective samples" in body["message"]
+    missing = ui.json("/api/runs/nope", status=404)
+    assert "run 'nope' has no telemetry" in missing["error"]
+    assert "window=" in ui.json(f"/api/runs/{RUN}/stragglers?window=0", status=400)["error"]
+    assert "window=" in ui.json(f"/api/runs/{RUN}/stragglers?window=x", status=400)["error"]
+
+
+def test_run_names_with_slashes_and_markup_round_trip(ui) -> None:
+    page = ui.json(f"/api/runs/{urllib.parse.quote(EVIL, safe='')}")
+    assert page["summary"]["run"] == EVIL
+    assert page["events"][0]["message"] == EVIL_MESSAGE  # data as written: the page escapes
+
+
+def test_answers_are_json_or_the_page_own_files_with_a_strict_policy(ui) -> None:
+    status, headers, body = ui.get("/")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    policy = headers["Content-Security-Policy"]
+    assert "default-src 'none'" in policy and "script-src 'self'" in policy
+    assert "unsafe-inline" not in policy
+    # The page is static: no stored text is ever written into HTML by the server.
+    assert b"<script src=\"/static/app.js\" defer></script>" in body and b"http" not in body
+    for path in ("/api/runs", "/api/events", f"/api/runs/{RUN}"):
+        status, headers, _ = ui.get(path)
+        assert headers["Content-Type"] == "application/json"
+        assert headers["X-Content-Type-Options"] == "nosniff"
+    for path in ("/static/../server.py", "/static/%2e%2e%2fserver.py", "/static/app.py",
+                 "/static/nope.js", "/etc/passwd"):
+        assert ui.get(path)[0] == 404, path
+
+
+def test_no_cluster_and_no_warden_are_answers_not_errors(ui) -> None:
+    cluster = ui.json("/api/cluster")
+    assert cluster["reachable"] is False and "/nonexistent/kubeconfig" in cluster["reason"]
+    warden = ui.json("/api/warden")
+    assert warden["reachable"] is False and "127.0.0.1:1" in warden["reason"]
+
+
+def test_a_reachable_cluster_gives_its_nodes_and_gkr_pods(store_dsn, tmp_path) -> None:
+    with KubeApiServer() as api:
+        fill_cluster(api)
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", "double")
+        server = UiProcess.start(store_dsn, "--kubeconfig", str(kubeconfig))
+        try:
+            body = server.json("/api/cluster")
+        finally:
+            server.stop()
+    assert (body["reachable"], body["context"], body["host"]) == (True, "double", api.url)
+    assert [(n["name"], n["ready"], n["cordoned"], n["warden_state"], n["instance_type"])
+            for n in body["nodes"]] == [("node-0", True, False, None, "a3-highgpu-8g"),
+                                        ("node-1", False, True, "cordoned", "a3-highgpu-8g")]
+    assert body["pods"] == [{"namespace": "team-llm", "name": f"{RUN}-worker-{STRAGGLER}",
+                             "job": "tiny", "role": "worker", "phase": "Running",
+                             "node": "node-1", "started": _rfc3339(T0), "restarts": 1}]
+
+
+@pytest.mark.slow
+def test_warden_nodes_come_from_temporal_and_node_annotations(request, store_dsn, tmp_path,
+                                                              monkeypatch) -> None:
+    """A real Temporal dev server and Warden worker (tests/warden's fixtures, asked for by
+    name) handle an incident on a node of the Kubernetes API double; gkr ui lists the node
+    with its phase and Warden's cordon memory, as `gkr warden status` does."""
+    runner, dev, fakes = map(request.getfixturevalue, ("loop", "temporal", "doubles"))
+    fakes[0].put(gpu_node("gpu-ui"))
+    config = fast_config(dev, fakes, tmp_path)
+    monkeypatch.delenv("GKR_TELEMETRY_DSN", raising=False)  # events to the log: no store held
+    worker = RunningWorker(runner, dev, config, sweeps=False)
+    try:
+        runner.run(trigger_node(dev.client, config, "gpu-ui", Trigger("fault", "Xid 79")))
+        assert result(runner, dev, "gpu-ui").phase == "healthy"
+    finally:
+        worker.stop()
+    server = UiProcess.start(store_dsn, "--kubeconfig", str(config.kubernetes.kubeconfig),
+                             "--temporal-address", config.temporal.address)
+    try:
+        body = server.json("/api/warden")
+    finally:
+        server.stop()
+    assert body["reachable"] is True and body["address"] == config.temporal.address
+    row = next(r for r in body["nodes"] if r["node"] == "gpu-ui")
+    assert (row["phase"], row["status"], row["working"]) == ("healthy", "COMPLETED", False)
+    assert row["recent_cordons"] == "1" and row["cordoned"] is False
+
+
+def test_a_foreign_host_header_is_refused(ui) -> None:
+    request = urllib.request.Request(ui.url + "api/runs", headers={"Host": "evil.example:80"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code == 421
+
+
+def test_a_store_held_by_a_run_answers_503_then_serves_once_released(ui, store_dsn) -> None:
+    """The store is opened per request: while another process holds the chDB folder (as a
+    run's store actor does) the API says so with a Retry-After; once released, it serves."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom runtime.telemetry.store import Store\n"
+         f"s = Store.connect({store_dsn!r}, migrate=False)\nprint('held', flush=True)\n"
+         "sys.stdin.readline()\ns.close()"],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        status, headers, body = ui.get("/api/runs")
+        assert status == 503 and headers["Retry-After"] == "5"
+        answer = json.loads(body)
+        assert answer["busy"] is True and "open in another process" in answer["error"]
+    finally:
+        holder.communicate("\n", timeout=60)
+    # The holder could take the folder although the UI had served before: it lets go of it
+    # between requests. And asked again, it serves.
+    assert {run["run"] for run in ui.json("/api/runs")["runs"]} == {RUN, EVIL}
+
+
+def test_ctrl_c_stops_it_with_exit_130(store_dsn) -> None:
+    server = UiProcess.start(store_dsn)
+    assert server.json("/api/runs")["runs"]
+    assert server.stop() == 130
+    assert "gkr ui: stopped" in "".join(server.output)
+
+
+def test_a_taken_port_is_a_clear_error(ui, store_dsn) -> None:
+    port = ui.url.rsplit(":", 1)[1].strip("/")
+    done = subprocess.run([GKR, "ui", "--port", port, "--dsn", store_dsn], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env=_env())
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "--port" in done.stderr
+    assert "Traceback" not in done.stderr
