@@ -3,7 +3,7 @@ Recorder dumps land, and how pods and Fluent Bit reach the cluster's ClickHouse.
 
 One source for both ends of the pipe: every GPU job pod mounts its job's folder of the node
 folder `Telemetry.node_dir` (generator.pods) and writes its dumps there; Fluent Bit, on the
-same nodes, tails exactly `Telemetry.tail_glob` and posts the lines to `RAW_TABLE`
+same nodes, tails exactly `Telemetry.tail_globs` and posts the lines to `RAW_TABLE`
 (generator.platform.telemetry). The deployment facts are the catalog's
 (platform/catalog/gke.yaml, `telemetry`); the facts fixed by the runtime and upstream
 projects are the constants below.
@@ -91,14 +91,18 @@ class Telemetry(BaseModel):
         return f"{namespace}/{job}"
 
     @property
-    def tail_glob(self) -> str:
-        """The NCCL Inspector files of every job on a node (`<hostname>-pid<PID>.log`)."""
-        return f"{self.node_dir}/*/*/*.log"
+    def tail_globs(self) -> tuple[str, ...]:
+        """The NCCL Inspector files (`<hostname>-pid<PID>.log`) of every job on a node: in
+        the run's subfolder, where the runtime routes them
+        (`runtime.train.telemetry.route_inspector_dumps`), or in the job's folder itself."""
+        return f"{self.node_dir}/*/*/*.log", f"{self.node_dir}/*/*/*/*.log"
 
     @property
     def path_regex(self) -> str:
-        """Recovers namespace and job from a tailed file's path (a Fluent Bit regex parser)."""
-        return rf"^{re.escape(self.node_dir)}/(?<namespace>[^/]+)/(?<job>[^/]+)/[^/]+\.log$"
+        """Recovers namespace, job and (when present) run from a tailed file's path (a Fluent
+        Bit regex parser)."""
+        return (rf"^{re.escape(self.node_dir)}/(?<namespace>[^/]+)/(?<job>[^/]+)/"
+                r"(?:(?<run>[^/]+)/)?[^/]+\.log$")
 
 
 def insert_uri() -> str:

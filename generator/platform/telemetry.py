@@ -99,7 +99,7 @@ def fluent_bit_values(ctx: PlatformContext, cluster: Cluster) -> dict[str, Any]:
 def fluent_bit_sections(telemetry: Telemetry, cluster: Cluster) -> dict[str, list[Section]]:
     """The chart's config parts as data: tail every job's files, name the job, its team,
     cluster and node in each record, and post the records as NDJSON, one row each."""
-    tail = [("Name", "tail"), ("Tag", TAG), ("Path", telemetry.tail_glob),
+    tail = [("Name", "tail"), ("Tag", TAG), ("Path", ",".join(telemetry.tail_globs)),
             ("Path_Key", PATH_KEY), ("Parser", "json"), ("DB", OFFSETS_DB),
             ("Read_from_Head", "On"), ("Buffer_Max_Size", "1MB"), ("Mem_Buf_Limit", "64MB")]
     identity = [("Name", "modify"), ("Match", TAG), ("Add", f"cluster {cluster.name}"),

@@ -10,9 +10,10 @@ was written and how to look at it.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,6 +41,24 @@ def identity(run_id: str, role: Role, rank: int = -1) -> Identity:
     found = Identity.from_env(run=run_id, role=str(role), rank=rank)
     return replace(found, cluster=found.cluster or LOCAL_CLUSTER,
                    node=found.node or socket.gethostname())
+
+
+# NCCL Inspector's output folder (NVIDIA/nccl plugins/profiler/inspector README); rendered into
+# GPU pods by the generator (generator/telemetry.py).
+INSPECTOR_DUMP_DIR = "NCCL_INSPECTOR_DUMP_DIR"
+
+
+def route_inspector_dumps(run_id: str, environ: MutableMapping[str, str] | None = None) -> None:
+    """Point NCCL Inspector at the run's subfolder of the pod's dump folder, so the path names
+    the run for Fluent Bit. Called before the rank's first NCCL collective: the plugin reads
+    the variable when the first communicator is made (PyTorch makes them lazily). Where a
+    communicator came first, the files stay in the job's folder, which Fluent Bit reads too."""
+    env = os.environ if environ is None else environ
+    base = env.get(INSPECTOR_DUMP_DIR)
+    if base and not base.rstrip("/").endswith(f"/{run_id}"):
+        folder = os.path.join(base, run_id)
+        os.makedirs(folder, exist_ok=True)
+        env[INSPECTOR_DUMP_DIR] = folder
 
 
 @dataclass(frozen=True)

@@ -143,8 +143,8 @@ def test_the_tables_are_the_runtimes() -> None:
                      schema)
 
 
-def _gpu_job_files(tree: Tree, cluster: str) -> list[tuple[str, str, str]]:
-    """(node path of a dump file, namespace, job) of every GPU job of the cluster, derived
+def _gpu_job_files(tree: Tree, cluster: str) -> list[tuple[str, str, str, str | None]]:
+    """(node path of a dump file, namespace, job, run) of every GPU job of the cluster, derived
     from its pods alone: the volume's host path, the mount's subPath, the inspector's dir."""
     found = []
     for job in tree.jobs:
@@ -158,7 +158,11 @@ def _gpu_job_files(tree: Tree, cluster: str) -> list[tuple[str, str, str]]:
         mount = next(m for m in container["volumeMounts"]
                      if m["mountPath"] == env["NCCL_INSPECTOR_DUMP_DIR"])
         # NCCL Inspector names its file <hostname>-pid<PID>.log (reference/telemetry.md §1).
-        found.append((f"{host}/{mount['subPath']}/worker-0-pid4242.log", job.namespace, job.name))
+        folder = f"{host}/{mount['subPath']}"
+        found.append((f"{folder}/worker-0-pid4242.log", job.namespace, job.name, None))
+        # ... or in the run's subfolder, where the runtime routes them.
+        found.append((f"{folder}/llm-7b-3f2a1c/worker-0-pid4242.log", job.namespace, job.name,
+                      "llm-7b-3f2a1c"))
     return found
 
 
@@ -173,14 +177,16 @@ def test_fluent_bit_tails_exactly_the_folder_gpu_pods_write(repo_tree, cluster: 
     volumes = {v["name"]: v["hostPath"]["path"] for v in values["extraVolumes"]}
     files = _gpu_job_files(tree, cluster)
     assert files
-    for path, namespace, job in files:
-        assert fnmatch.fnmatch(path, tail["Path"]), (path, tail["Path"])
+    patterns = tail["Path"].split(",")
+    for path, namespace, job, run in files:
+        assert any(fnmatch.fnmatch(path, pattern) for pattern in patterns), (path, patterns)
         assert volumes[telemetry.DUMP_VOLUME] == mounts[telemetry.DUMP_VOLUME]
         assert path.startswith(mounts[telemetry.DUMP_VOLUME] + "/")
         match = regex.fullmatch(path)
-        assert match and match.groupdict() == {"namespace": namespace, "job": job}
+        assert match and match.groupdict() == {"namespace": namespace, "job": job, "run": run}
         # Flight Recorder dumps (<dir>/fr/rank_N) are not tailed as inspector records.
-        assert not fnmatch.fnmatch(path.rsplit("/", 1)[0] + "/fr/rank_0", tail["Path"])
+        fr_dump = path.rsplit("/", 1)[0] + "/fr/rank_0"
+        assert not any(fnmatch.fnmatch(fr_dump, pattern) for pattern in patterns)
 
 
 def test_fluent_bit_names_each_record_and_runs_on_every_gpu_node(repo_tree) -> None:
