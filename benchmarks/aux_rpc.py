@@ -1,17 +1,25 @@
 """Auxiliary-service RPC: the ZeroMQ path (client -> proxy -> worker over IPC) against the same
-service reached by Ray actor calls (`ray.get(actor.handle.remote(...))`), in one run.
+service reached by Ray actor calls (`ray.get(actor.handle.remote(...))`), and against a bare
+pyzmq relay through the same number of processes (the limit), all in one run.
 
 Prints requests per second and p50/p99 latency for 1 KiB, 64 KiB and 1 MiB payloads, one
 request at a time and with a window of 16 in flight, then a fairness measurement: the latency
-of a quiet rank while another rank floods the service, on both paths. The ZeroMQ side runs
-as in production: AuxCoordinator starts the proxy and the worker as Ray actors, each in its
-own process; the Ray side is a plain actor whose method calls the same EchoService.
+of a quiet rank while another rank (its own process) floods the service, on both paths, and
+last the targets of issue 17 beside the figures. The ZeroMQ side runs as in production:
+AuxCoordinator starts the proxy and the worker as Ray actors, each in its own process; the
+Ray side is a plain actor whose method calls the same EchoService. The bare relay is what
+the same three processes do with no layer of ours: a DEALER sends the same bytes to
+`zmq.proxy(ROUTER, DEALER)` in one process, and a loop of `recv_multipart`/`send_multipart`
+echoes them from another.
 
 With --hops it instead shows where one 1 KiB round trip of the ZeroMQ path spends its time:
-the same proxy and worker code runs in plain processes (no Ray), each timing its
-`send_message` and `recv_message` calls on one shared monotonic clock.
+the same proxy and worker code runs in plain processes (no Ray), client and worker timing
+their `send_message` and `recv_message` calls on one shared monotonic clock.
 
-    .venv/bin/python benchmarks/aux_rpc.py [--quick] [--hops]
+With --refresh it compares a weight refresh (runtime.aux.refresh: a gloo group per worker)
+with sending the same tensors to every worker as RPC payloads, in bytes per second.
+
+    .venv/bin/python benchmarks/aux_rpc.py [--quick] [--hops | --refresh]
 """
 
 from __future__ import annotations
@@ -30,13 +38,13 @@ from typing import Any
 
 import numpy as np
 import ray
+import zmq
 
 import runtime.aux.client as client_module
-import runtime.aux.proxy as proxy_module
 import runtime.aux.wire as wire
 import runtime.aux.worker as worker_module
 from runtime.aux.client import AuxClient, Endpoint, ServiceHandle
-from runtime.aux.config import AuxConfig, OnWorkerLoss, ServiceConfig
+from runtime.aux.config import AuxConfig, ServiceConfig
 from runtime.aux.coordinator import AuxCoordinator
 from runtime.aux.proxy import ProxyCore
 from runtime.aux.services import EchoService
@@ -46,6 +54,11 @@ from runtime.planner import NodeCapacity, PlanInput, ServiceDemand, WorkerReques
 SIZES = {"1 KiB": 1 << 10, "64 KiB": 64 << 10, "1 MiB": 1 << 20}
 CALLS = {"1 KiB": 3000, "64 KiB": 1500, "1 MiB": 300}
 WINDOW = 16
+FLOOD_WINDOW = 64
+FLOOD_WORK_S = 0.0005
+# Issue 17's targets, all at 1 KiB: ZeroMQ/Ray one call at a time, ZeroMQ/bare relay, the p99
+# of one call, and how much a flooding neighbour may raise a quiet rank's p99.
+TARGET_VS_RAY, TARGET_VS_RELAY, TARGET_P99_MS, TARGET_FLOOD = 5.0, 0.8, 1.0, 2.0
 
 
 @dataclass
@@ -65,6 +78,52 @@ class RayEcho:
 
     def handle(self, method: str, payload: dict[str, Any]) -> dict[str, Any]:
         return self.service.handle(method, payload)
+
+
+class Flooder:
+    """The neighbouring rank of the Ray path, in its own process: keeps FLOOD_WINDOW requests
+    of FLOOD_WORK_S in flight until told to stop."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor, self.stopped, self.served = actor, threading.Event(), [0]
+
+    def flood(self) -> None:
+        work = {"seconds": FLOOD_WORK_S}
+        _flood(lambda: self.actor.handle.remote("sleep", work), ray.get, self.stopped,
+               self.served)
+
+    def progress(self) -> int:
+        return self.served[0]
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+def _zmq_flood(handle: ServiceHandle, stop: Any, served: Any) -> None:
+    """The neighbouring rank of the ZeroMQ path: a plain process, as a training rank's is
+    (inside a Ray actor its thread waits on the GIL and could not keep the worker busy)."""
+    client = AuxClient(handle, rank=0)
+    work, count = {"seconds": FLOOD_WORK_S}, [0]
+    flooding = threading.Thread(target=_flood, args=(
+        lambda: client.submit("sleep", work), client.result, stop, count), daemon=True)
+    flooding.start()
+    while count[0] < FLOOD_WINDOW:  # its window has gone round once: the worker is busy
+        time.sleep(0.01)
+    served.put("flooding")
+    flooding.join()
+    served.put(count[0])
+    client.close()
+
+
+def _flood(submit: Callable[[], Any], wait: Callable[[Any], Any], stop: Any,
+           served: list[int]) -> None:
+    in_flight = [submit() for _ in range(FLOOD_WINDOW)]
+    while not stop.is_set():
+        wait(in_flight.pop(0))
+        in_flight.append(submit())
+        served[0] += 1
+    for ref in in_flight:
+        wait(ref)
 
 
 def _sequential(call: Callable[[], Any], count: int) -> Figures:
@@ -92,6 +151,57 @@ def _windowed(submit: Callable[[], Any], wait: Callable[[Any], Any], count: int)
     return count / (time.perf_counter() - started)
 
 
+# The bare relay: libzmq's device in one process, an echo loop in another.
+
+
+def _relay_device(backend: str, address: Any) -> None:
+    context = zmq.Context()
+    frontend, back = context.socket(zmq.ROUTER), context.socket(zmq.DEALER)
+    port = frontend.bind_to_random_port("tcp://127.0.0.1")
+    back.bind(backend)
+    address.put(f"tcp://127.0.0.1:{port}")
+    zmq.proxy(frontend, back)
+
+
+def _relay_echo(backend: str) -> None:
+    sock = zmq.Context().socket(zmq.DEALER)
+    sock.connect(backend)
+    while True:
+        sock.send_multipart(sock.recv_multipart(copy=False), copy=False)
+
+
+class Relay:
+    """Client side of the bare relay: sends the frames a request would carry, waits for them
+    back; `submit`/`wait` keep a window in flight (replies come back in order)."""
+
+    def __init__(self, folder: str) -> None:
+        forks = multiprocessing.get_context("fork")  # before Ray starts: nothing to inherit
+        backend, address = f"ipc://{folder}/relay.sock", forks.Queue()
+        self.processes = [forks.Process(target=_relay_device, args=(backend, address)),
+                          forks.Process(target=_relay_echo, args=(backend,))]
+        for process in self.processes:
+            process.daemon = True
+            process.start()
+        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock.connect(address.get(timeout=30))
+
+    def call(self, frames: list[Any]) -> None:
+        wire.send_message(self.sock, frames)
+        self.sock.recv_multipart(copy=False)
+
+    def submit(self, frames: list[Any]) -> None:
+        wire.send_message(self.sock, frames)
+
+    def wait(self, _: Any) -> None:
+        self.sock.recv_multipart(copy=False)
+
+    def close(self) -> None:
+        self.sock.close()
+        for process in self.processes:
+            process.kill()
+            process.join()
+
+
 def _start_zmq_service() -> tuple[AuxCoordinator, ServiceHandle]:
     echo = ServiceConfig(impl="echo", cpus_per_worker=1, min_replicas=1, queue_size=256,
                          request_timeout_s=30, retries=0)
@@ -103,23 +213,37 @@ def _start_zmq_service() -> tuple[AuxCoordinator, ServiceHandle]:
     return coordinator, coordinator.start()["echo"]
 
 
-def _compare_sizes(handle: ServiceHandle, actor: Any, quick: bool) -> None:
+def _compare_sizes(
+    handle: ServiceHandle, actor: Any, relay: Relay, quick: bool
+) -> dict[str, Figures]:
+    """Every path at every size; the 1 KiB figures by path for the targets."""
     client = AuxClient(handle, rank=0)
-    print(f"{'payload':>8} {'path':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
+    print(f"{'payload':>8} {'path':>6} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
           f"{'req/s w=16':>11}")
+    small: dict[str, Figures] = {}
     for label, size in SIZES.items():
         payload = {"x": np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)}
+        frames = wire.encode_request(1, 0, 0.0, "echo", payload)
         count = CALLS[label] // (5 if quick else 1)
-        zmq_fig = _sequential(lambda p=payload: client.call("echo", p), count)
-        zmq_win = _windowed(lambda p=payload: client.submit("echo", p), client.result, count)
-        ray_fig = _sequential(lambda p=payload: ray.get(actor.handle.remote("echo", p)), count)
-        ray_win = _windowed(lambda p=payload: actor.handle.remote("echo", p), ray.get, count)
-        for name, fig, win in (("zmq", zmq_fig, zmq_win), ("ray", ray_fig, ray_win)):
-            print(f"{label:>8} {name:>5} {fig.rps:>9.0f} {fig.p50_ms:>8.3f} {fig.p99_ms:>8.3f} "
+        paths = {
+            "zmq": (lambda p=payload: client.call("echo", p),
+                    lambda p=payload: client.submit("echo", p), client.result),
+            "relay": (lambda f=frames: relay.call(f), lambda f=frames: relay.submit(f),
+                      relay.wait),
+            "ray": (lambda p=payload: ray.get(actor.handle.remote("echo", p)),
+                    lambda p=payload: actor.handle.remote("echo", p), ray.get),
+        }
+        figures = {}
+        for name, (call, submit, wait) in paths.items():
+            figures[name] = fig = _sequential(call, count)
+            win = _windowed(submit, wait, count)
+            print(f"{label:>8} {name:>6} {fig.rps:>9.0f} {fig.p50_ms:>8.3f} {fig.p99_ms:>8.3f} "
                   f"{win:>11.0f}")
-        print(f"{label:>8} ratio zmq/ray: {zmq_fig.rps / ray_fig.rps:.1f}x sequential, "
-              f"{zmq_win / ray_win:.1f}x windowed")
+        print(f"{label:>8} zmq/ray {figures['zmq'].rps / figures['ray'].rps:.1f}x, "
+              f"zmq/relay {figures['zmq'].rps / figures['relay'].rps:.2f} (one at a time)")
+        small = small or figures
     client.close()
+    return small
 
 
 def _quiet_latency(call: Callable[[], Any], count: int) -> float:
@@ -132,62 +256,93 @@ def _quiet_latency(call: Callable[[], Any], count: int) -> float:
     return float(np.percentile(latencies, 99)) * 1e3
 
 
-def _flood(submit: Callable[[], Any], wait: Callable[[Any], Any], stop: threading.Event) -> None:
-    in_flight = [submit() for _ in range(64)]
-    while not stop.is_set():
-        wait(in_flight.pop(0))
-        in_flight.append(submit())
-    for ref in in_flight:
-        wait(ref)
-
-
-def _fairness(handle: ServiceHandle, actor: Any, quick: bool) -> None:
-    """Rank 1's p99 alone, then while rank 0 keeps 64 requests of 0.5 ms of work in flight."""
-    count = 60 if quick else 200
-    work = {"seconds": 0.0005}
-    flooder, quiet = AuxClient(handle, rank=0), AuxClient(handle, rank=1)
-    paths = {
-        "zmq": (lambda: quiet.call("echo", {}), lambda: flooder.submit("sleep", work),
-                flooder.result),
-        "ray": (lambda: ray.get(actor.handle.remote("echo", {})),
-                lambda: actor.handle.remote("sleep", work), ray.get),
-    }
+def _fairness(handle: ServiceHandle, actor: Any, quick: bool) -> dict[str, float]:
+    """Rank 1's p99 alone, then while rank 0, in a process of its own, keeps 64 requests of
+    0.5 ms of work in flight; the ratio by path."""
+    count = 60 if quick else 300
+    quiet = AuxClient(handle, rank=1)
+    calls = {"zmq": lambda: quiet.call("echo", {}),
+             "ray": lambda: ray.get(actor.handle.remote("echo", {}))}
     print("\nfairness: quiet rank's p99 latency (ms), alone and beside a flooding rank")
-    for name, (call, submit, wait) in paths.items():
+    ratios = {}
+    for name, call in calls.items():
         alone = _quiet_latency(call, count)
-        stop = threading.Event()
-        thread = threading.Thread(target=_flood, args=(submit, wait, stop), daemon=True)
-        thread.start()
-        time.sleep(0.2)
+        stop = _start_flood(name, handle, actor)
+        started = time.perf_counter()
         flooded = _quiet_latency(call, count)
-        stop.set()
-        thread.join()
-        print(f"{name:>5}: alone {alone:.3f}  flooded {flooded:.3f}  ({flooded / alone:.1f}x)")
-    flooder.close()
+        elapsed = time.perf_counter() - started  # the zmq flooder's count runs to its stop
+        ratios[name] = flooded / alone
+        print(f"{name:>5}: alone {alone:.3f}  flooded {flooded:.3f}  ({ratios[name]:.1f}x; the "
+              f"flooder had {stop() / elapsed:.0f} requests/s served meanwhile, "
+              f"{FLOOD_WORK_S * 1e3:g} ms each)")
     quiet.close()
+    return ratios
 
+
+def _start_flood(name: str, handle: ServiceHandle, actor: Any) -> Callable[[], int]:
+    """Start the flooding rank of a path and return once it floods; returns a function that
+    stops it and says how many of its requests were served meanwhile."""
+    if name == "ray":
+        flooder = ray.remote(num_cpus=0, max_concurrency=2)(Flooder).remote(actor)
+        flooder.flood.remote()
+        while ray.get(flooder.progress.remote()) < FLOOD_WINDOW:
+            time.sleep(0.01)
+        before = ray.get(flooder.progress.remote())
+
+        def stop_ray() -> int:
+            served = int(ray.get(flooder.progress.remote())) - before
+            ray.get(flooder.stop.remote())
+            ray.kill(flooder)
+            return served
+
+        return stop_ray
+    spawn = multiprocessing.get_context("spawn")
+    stopped, served = spawn.Event(), spawn.Queue()
+    process = spawn.Process(target=_zmq_flood, args=(handle, stopped, served), daemon=True)
+    process.start()
+    assert served.get(timeout=120) == "flooding"
+
+    def stop_zmq() -> int:
+        stopped.set()
+        count = int(served.get(timeout=120))
+        process.join(30)
+        return count - FLOOD_WINDOW
+
+    return stop_zmq
+
+
+def _targets(small: dict[str, Figures], flood: dict[str, float]) -> None:
+    zmq_fig = small["zmq"]
+    rows = (
+        ("zmq/ray, one at a time", zmq_fig.rps / small["ray"].rps, f">= {TARGET_VS_RAY:g}x",
+         zmq_fig.rps / small["ray"].rps >= TARGET_VS_RAY),
+        ("zmq/bare relay, one at a time", zmq_fig.rps / small["relay"].rps,
+         f">= {TARGET_VS_RELAY:g}", zmq_fig.rps / small["relay"].rps >= TARGET_VS_RELAY),
+        ("zmq p99 ms", zmq_fig.p99_ms, f"< {TARGET_P99_MS:g}", zmq_fig.p99_ms < TARGET_P99_MS),
+        ("quiet p99 flooded/alone", flood["zmq"], f"< {TARGET_FLOOD:g}x",
+         flood["zmq"] < TARGET_FLOOD),
+    )
+    print("\ntargets at 1 KiB (issue 17)")
+    for label, value, target, met in rows:
+        print(f"{label:>32} {value:>8.2f}  target {target:<7} {'met' if met else 'MISSED'}")
+
+
+# --hops: time per hop of one call, proxy and worker in plain processes.
 
 HOP_CALLS = 3000
 HOPS = (  # (label, process of the start event, its index, process of the end event, index)
     ("client: encode, pick a proxy", "call", 0, "client", 0),
     ("client: send_message", "client", 0, "client", 1),
-    ("TCP client -> proxy, proxy wakes", "client", 1, "proxy_in", 0),
-    ("proxy: route on the prefix", "proxy_in", 0, "proxy_in", 1),
-    ("proxy: send_message to worker", "proxy_in", 1, "proxy_in", 2),
-    ("IPC proxy -> worker, worker wakes", "proxy_in", 2, "worker", 0),
+    ("TCP -> proxy device -> IPC, worker wakes", "client", 1, "worker", 0),
     ("worker: queue, decode, handle, encode", "worker", 0, "worker", 1),
     ("worker: send_message", "worker", 1, "worker", 2),
-    ("IPC worker -> proxy, proxy wakes", "worker", 2, "proxy_out", 0),
-    ("proxy: match the reply", "proxy_out", 0, "proxy_out", 1),
-    ("proxy: send_message to client", "proxy_out", 1, "proxy_out", 2),
-    ("TCP proxy -> client, client wakes", "proxy_out", 2, "client", 2),
+    ("IPC -> proxy device -> TCP, client wakes", "worker", 2, "client", 2),
     ("client: decode the reply", "client", 2, "call", 1),
 )
 
 
 def _timed_wire(log: list[float]) -> None:
-    """Log the clock before and after each send and after each receive in this process;
-    the heartbeats (control messages) are left out."""
+    """Log the clock before and after each send and after each receive in this process."""
     send, recv = wire.send_message, wire.recv_message
 
     def timed_send(sock: Any, frames: Any) -> None:
@@ -195,32 +350,29 @@ def _timed_wire(log: list[float]) -> None:
         send(sock, frames)
         log.append(time.perf_counter())
 
-    def timed_recv(sock: Any, heads: int) -> list[Any]:
-        parts = recv(sock, heads)
-        if not (heads == 3 and parts[1] == wire.CONTROL):
-            log.append(time.perf_counter())
+    def timed_recv(sock: Any, heads: int, block: bool = False) -> list[Any]:
+        parts = recv(sock, heads, block)
+        log.append(time.perf_counter())
         return parts
 
-    for module in (wire, client_module, proxy_module, worker_module):
+    for module in (wire, client_module, worker_module):
         module.recv_message, module.send_message = timed_recv, timed_send
 
 
-def _serve_timed(core: Any, out: Path) -> None:
+def _hop_proxy(backend: str, address: Any) -> None:
+    core = ProxyCore("echo", "p", "127.0.0.1", backend)
+    address.put(core.address)
+    signal.signal(signal.SIGTERM, lambda *_: core.stop.set())
+    core.run()
+
+
+def _hop_worker(backend: str, out: Path) -> None:
+    core = WorkerCore("echo", "w0", backend, EchoService(), 256)
     log: list[float] = []
     _timed_wire(log)
     signal.signal(signal.SIGTERM, lambda *_: core.stop.set())
     core.run()
     np.save(out, np.array(log))
-
-
-def _hop_proxy(backend: str, address: Any, out: Path) -> None:
-    core = ProxyCore("echo", "p", "127.0.0.1", backend, OnWorkerLoss.RETRY)
-    address.put(core.address)
-    _serve_timed(core, out)
-
-
-def _hop_worker(backend: str, out: Path) -> None:
-    _serve_timed(WorkerCore("echo", "w0", backend, EchoService(), 256), out)
 
 
 def _hop_client(address: str, calls: int) -> tuple[np.ndarray, np.ndarray]:
@@ -244,35 +396,111 @@ def _hop_stamps(folder: Path, calls: int) -> dict[str, np.ndarray]:
     """Run proxy and worker in forked processes and the client here; every process's stamps."""
     forks = multiprocessing.get_context("fork")
     backend, address = f"ipc://{folder}/hops.sock", forks.Queue()
-    proxy = forks.Process(target=_hop_proxy, args=(backend, address, folder / "proxy.npy"))
+    proxy = forks.Process(target=_hop_proxy, args=(backend, address))
     proxy.start()
     worker = forks.Process(target=_hop_worker, args=(backend, folder / "worker.npy"))
     worker.start()
-    time.sleep(1.0)  # the worker announces itself
+    time.sleep(1.0)  # the worker connects
     around, client = _hop_client(address.get(timeout=10), calls)
-    for process in (proxy, worker):
+    for process in (worker, proxy):
         process.terminate()
         process.join()
-    proxy_log = np.load(folder / "proxy.npy")[-6 * calls:].reshape(calls, 2, 3)
-    return {"call": around, "client": client, "proxy_in": proxy_log[:, 0],
-            "proxy_out": proxy_log[:, 1],
-            "worker": np.load(folder / "worker.npy")[-3 * calls:].reshape(calls, 3)}
+    worker_log = np.load(folder / "worker.npy")[-3 * calls:].reshape(calls, 3)
+    return {"call": around, "client": client, "worker": worker_log}
 
 
 def _hops(quick: bool) -> None:
     calls = HOP_CALLS // (5 if quick else 1)
     with tempfile.TemporaryDirectory() as folder:
         stamps = _hop_stamps(Path(folder), calls)
+        relay = Relay(folder)
+        frames = wire.encode_request(1, 0, 0.0, "echo", {"x": np.zeros(1024, np.uint8)})
+        bare = _sequential(lambda: relay.call(frames), calls)
+        relay.close()
     print(f"one 1 KiB call, {calls} in sequence, no Ray: time per hop (us)")
-    print(f"{'hop':>40} {'p50':>7} {'mean':>7}")
+    print(f"{'hop':>42} {'p50':>7} {'mean':>7}")
     total = 0.0
     for label, start, first, end, second in HOPS:
         spent = (stamps[end][:, second] - stamps[start][:, first]) * 1e6
         total += float(np.mean(spent))
-        print(f"{label:>40} {np.percentile(spent, 50):>7.1f} {np.mean(spent):>7.1f}")
+        print(f"{label:>42} {np.percentile(spent, 50):>7.1f} {np.mean(spent):>7.1f}")
     trip = (stamps["call"][:, 1] - stamps["call"][:, 0]) * 1e6
-    print(f"{'round trip':>40} {np.percentile(trip, 50):>7.1f} {np.mean(trip):>7.1f}"
+    print(f"{'round trip':>42} {np.percentile(trip, 50):>7.1f} {np.mean(trip):>7.1f}"
           f"   (hops add up to {total:.1f} mean)")
+    print(f"{'bare relay round trip (same processes)':>42} {bare.p50_ms * 1e3:>7.1f}")
+
+
+# --refresh: a weight refresh against the same tensors sent through the RPC path.
+
+REFRESH_MIB, REFRESH_TENSORS, REFRESH_WORKERS = 64, 16, 2
+
+
+class Sink:
+    """Takes weights either way: `load` over the RPC path, `load_weights` by a refresh."""
+
+    def __init__(self) -> None:
+        self.version = 0
+
+    def startup_check(self) -> None:
+        """Nothing to load."""
+
+    def handle(self, method: str, payload: dict[str, Any]) -> dict[str, Any]:
+        return {"received": sum(int(v.nbytes) for v in payload.values())}
+
+    def load_weights(self, tensors: dict[str, Any], version: int) -> None:
+        self.version = version
+
+
+def _refresh_worker(backend: str, index: int, point: Any) -> None:
+    core = WorkerCore("sink", f"w{index}", backend, Sink(), 64, refresh=point)
+    signal.signal(signal.SIGTERM, lambda *_: core.stop.set())
+    core.run()
+
+
+def _refresh(quick: bool) -> None:
+    """Bytes per second into every worker: one publish, or one RPC call per worker."""
+    import torch
+
+    from runtime.aux.refresh import RefreshHub, WeightPublisher
+
+    hub = RefreshHub("127.0.0.1")
+    point = hub.point("sink", "gloo")
+    forks = multiprocessing.get_context("fork")
+    with tempfile.TemporaryDirectory() as folder:
+        backend, address = f"ipc://{folder}/sink.sock", forks.Queue()
+        processes = [forks.Process(target=_hop_proxy, args=(backend, address), daemon=True)]
+        processes += [forks.Process(target=_refresh_worker, args=(backend, i, point),
+                                    daemon=True) for i in range(REFRESH_WORKERS)]
+        for process in processes:
+            process.start()
+        client = AuxClient(ServiceHandle("sink", (Endpoint(address.get(timeout=30), 1),),
+                                         120, 0), rank=0)
+        publisher = WeightPublisher(point)
+        while len(publisher.workers) < REFRESH_WORKERS:
+            time.sleep(0.05)
+        each = (REFRESH_MIB << 20) // REFRESH_TENSORS // 4
+        tensors = {f"layer{i}": torch.randn(each) for i in range(REFRESH_TENSORS)}
+        rounds = 2 if quick else 5
+        size = sum(t.nbytes for t in tensors.values()) * REFRESH_WORKERS
+        refresh_s, rpc_s = [], []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            publisher.publish(tensors)
+            refresh_s.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            for _ in range(REFRESH_WORKERS):
+                client.call("load", tensors)
+            rpc_s.append(time.perf_counter() - started)
+        publisher.close()
+        client.close()
+        for process in processes:
+            process.terminate()
+            process.join()
+    refresh_rate, rpc_rate = size / min(refresh_s) / 2**30, size / min(rpc_s) / 2**30
+    print(f"{REFRESH_MIB} MiB in {REFRESH_TENSORS} tensors to each of {REFRESH_WORKERS} "
+          f"workers, best of {rounds} (gloo on loopback)")
+    print(f"  weight refresh {refresh_rate:6.2f} GiB/s   RPC path {rpc_rate:6.2f} GiB/s   "
+          f"ratio {refresh_rate / rpc_rate:.2f}x")
 
 
 def main() -> None:
@@ -280,23 +508,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="Fewer calls (a smoke run).")
     parser.add_argument("--hops", action="store_true", help="Time per hop instead (no Ray).")
+    parser.add_argument("--refresh", action="store_true",
+                        help="Weight refresh against the RPC path instead (no Ray).")
     args = parser.parse_args()
     if args.hops:
         _hops(args.quick)
         return
+    if args.refresh:
+        _refresh(args.quick)
+        return
     quick = args.quick
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"machine: {os.cpu_count()} CPUs, load average {load} (other work shares them)")
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING")
-    coordinator, handle = _start_zmq_service()
-    actor = ray.remote(num_cpus=1)(RayEcho).remote()
-    ray.get(actor.handle.remote("echo", {}))
-    try:
-        _compare_sizes(handle, actor, quick)
-        _fairness(handle, actor, quick)
-    finally:
-        coordinator.shutdown()
-        ray.shutdown()
+    with tempfile.TemporaryDirectory() as folder:
+        relay = Relay(folder)
+        ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING")
+        coordinator, handle = _start_zmq_service()
+        actor = ray.remote(num_cpus=1)(RayEcho).remote()
+        ray.get(actor.handle.remote("echo", {}))
+        try:
+            small = _compare_sizes(handle, actor, relay, quick)
+            flood = _fairness(handle, actor, quick)
+            _targets(small, flood)
+        finally:
+            coordinator.shutdown()
+            ray.shutdown()
+            relay.close()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"load average at the end {load}")
 
 
 if __name__ == "__main__":

@@ -4,13 +4,19 @@ count and transform, in a CPU-bound and an I/O-bound case, plus exact-resume lat
 DataLoader's way to resume exactly at batch k is to iterate and drop k batches; the GKR
 pipeline starts at the checkpointed schedule offset without reading them.
 
-    .venv/bin/python benchmarks/dataloader.py [--workers 2] [--batches 120]
+With --startup it instead times the first batch of a new loader and of a resumed one against
+torchdata's StatefulDataLoader (the tool a user would pick for resumable loading).
+
+    .venv/bin/python benchmarks/dataloader.py [--workers 2] [--batches 120] [--startup]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -112,14 +118,101 @@ def _resume(case: dict[str, Any], workers: int, batch: int, at: int) -> None:
     )
 
 
+# --startup: start and exact resume against torchdata's StatefulDataLoader (issue 17).
+
+STARTUP_TRIALS = 7
+
+
+def _stateful(case: dict[str, Any], workers: int, batch: int, state: Any = None) -> Any:
+    """What a user picks for resumable loading: torchdata's StatefulDataLoader, the same
+    dataset, transform, worker count and order settings as `_torch_loader`."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    loader = StatefulDataLoader(Transformed(case), batch_size=batch, shuffle=True,
+                                generator=torch.Generator().manual_seed(0),
+                                num_workers=workers, drop_last=True, prefetch_factor=4)
+    if state is not None:
+        loader.load_state_dict(state)
+    return loader
+
+
+def _stateful_state(case: dict[str, Any], workers: int, batch: int, at: int) -> Any:
+    """StatefulDataLoader's checkpoint after `at` batches."""
+    reading = _stateful(case, workers, batch)
+    batches = iter(reading)
+    for _ in range(at):
+        next(batches)
+    state = reading.state_dict()
+    del batches, reading
+    return state
+
+
+def _first_batch_s(make: Any) -> float:
+    """Seconds from building a loader to holding its first batch (shutdown not counted)."""
+    started = time.perf_counter()
+    loader = make()
+    batches = iter(loader)
+    next(batches)
+    elapsed = time.perf_counter() - started
+    if isinstance(loader, DataPipeline):
+        loader.close()
+    del batches, loader
+    return elapsed
+
+
+def _startup(case: dict[str, Any], workers: int, batch: int, at: int) -> None:
+    """First batch of a new loader, and of one resumed at batch `at` from its own checkpoint
+    (StatefulDataLoader's state_dict; the pipeline's schedule offset), interleaved trials."""
+    warnings.filterwarnings("ignore", message=".*set_vital.*")  # torchdata 0.11 on torch 2.13
+    warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
+    config = _config(case, workers, batch)
+    state = _stateful_state(case, workers, batch, at)
+    state_many = _stateful_state(case, workers + 1 + config.collators, batch, at)
+    offset = {"epoch": 0, "offset": at * batch}
+    processes = workers + 1 + config.collators  # the pipeline's producers, feeder, collators
+    makers = {
+        ("first batch", "StatefulDataLoader"): lambda: _stateful(case, workers, batch),
+        ("first batch", "as many processes"): lambda: _stateful(case, processes, batch),
+        ("first batch", "GKR pipeline"): lambda: DataPipeline(config),
+        (f"resume at {at}", "StatefulDataLoader"): lambda: _stateful(case, workers, batch, state),
+        (f"resume at {at}", "as many processes"): lambda: _stateful(
+            case, processes, batch, state_many),
+        (f"resume at {at}", "GKR pipeline"): lambda: DataPipeline(config, state=offset),
+    }
+    times: dict[tuple[str, str], list[float]] = {key: [] for key in makers}
+    for _ in range(STARTUP_TRIALS):
+        for key, make in makers.items():
+            times[key].append(_first_batch_s(make))
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"start and resume, {workers} workers = producers (+ feeder and collator), "
+          f"{STARTUP_TRIALS} trials, load average {load}:")
+    for what in ("first batch", f"resume at {at}"):
+        ours = statistics.median(times[(what, "GKR pipeline")])
+        print(f"  {what}:")
+        for name, label in (("StatefulDataLoader", f"StatefulDataLoader, {workers} workers"),
+                            ("as many processes", f"StatefulDataLoader, {processes} workers"),
+                            ("GKR pipeline", "GKR pipeline")):
+            runs = times[(what, name)]
+            ratio = "" if name == "GKR pipeline" else (
+                f" | GKR/this {ours / statistics.median(runs):.2f}")
+            print(f"    {label:>30}: median {statistics.median(runs) * 1e3:5.0f} ms, best "
+                  f"{min(runs) * 1e3:4.0f} ms{ratio}")
+    print("  target: GKR/StatefulDataLoader <= 1 (goal <= 0.5) at the same worker count")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers = producers")
     parser.add_argument("--batches", type=int, default=120, help="batches timed per loader")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--resume-at", type=int, default=200, help="batch to resume at")
+    parser.add_argument("--startup", action="store_true",
+                        help="only start and resume against torchdata's StatefulDataLoader")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.startup:
+        _startup(next(iter(CASES.values())), args.workers, args.batch_size, args.resume_at)
+        return
     for name, case in CASES.items():
         _throughput(name, case, args.workers, args.batches, args.batch_size)
     _resume(next(iter(CASES.values())), args.workers, args.batch_size, args.resume_at)

@@ -8,9 +8,13 @@ a change to any of them starts a new folder. In it:
 * `index`: what writing the tree needs of every cached job, keyed by its spec file's path
   and bytes: the output path and text, and the hashes of the other inputs it read (its env
   file). Plain strings in one file, because `gkr render` reads all of it every time.
+* `index.delta`: the entries added to and removed from `index` since it was written. A
+  render after a few spec changes writes this small file, not the whole index (megabytes
+  for a thousand jobs); once it holds many entries, the index is written whole again.
 * `jobs/<key>`: what only checks read (the checked spec, its documents), one file per job,
   read on demand.
 * `catalog`: the files that the catalog alone decides (base, platform, Terraform, Warden).
+* `kustomizations`: the text of each kustomization.yaml, by the hash of what it lists.
 
 Only valid output is cached, so errors are always recomputed. The cache is disposable: an
 unreadable or missing file is a miss, and a failed write is ignored.
@@ -18,12 +22,12 @@ unreadable or missing file is a miss, and a failed write is ignored.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
 import shutil
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,6 +36,9 @@ CACHE_DIR = ".gkr/cache/render"
 # a superset of `Catalog.files()` (tests/generator/test_render_cache.py checks it), kept
 # here so that finding the cache does not import the catalog's models.
 CATALOG_DIRS = ("platform/catalog", "clusters")
+# `index.delta` is folded into `index` once it holds more entries than this (or than a
+# sixteenth of the index).
+DELTA_ENTRIES = 32
 
 
 def digest(*chunks: bytes) -> str:
@@ -50,10 +57,18 @@ def read_own(path: Path) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+    try:  # plain reads: every render hashes every spec
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
             return None
-        return handle.read()
+        chunks = [os.read(fd, status.st_size + 1)]
+        while chunks[-1]:  # to the end, should the file have grown
+            chunks.append(os.read(fd, 1 << 16))
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def file_digest(path: Path) -> str | None:
@@ -63,12 +78,14 @@ def file_digest(path: Path) -> str | None:
 
 
 class Summary(NamedTuple):
-    """What writing the tree needs of one cached job."""
+    """What writing the tree needs of one cached spec: its job's file, and the files of the
+    other jobs it renders to (a DiLoCo experiment's, `generator.experiments`)."""
 
     path: str
     text: str
     source: str
     dependencies: dict[str, str | None]
+    parts: tuple[tuple[str, str], ...] = ()  # (path, text) of each other job
 
     def fresh(self) -> bool:
         return all(h is not None and file_digest(Path(p)) == h
@@ -76,12 +93,13 @@ class Summary(NamedTuple):
 
 
 class Details(NamedTuple):
-    """What only checks need of one cached job: enough to rebuild its resolved job."""
+    """What only checks need of one cached spec: enough to rebuild its resolved jobs."""
 
     spec: Any
     team: str | None
     user_env: dict[str, str]
     documents: list[dict[str, Any]]
+    parts: tuple[list[dict[str, Any]], ...] = ()  # the documents of each other job
 
 
 def load_pickle(path: Path) -> Any | None:
@@ -97,9 +115,10 @@ def load_pickle(path: Path) -> Any | None:
 def store_pickle(path: Path, value: Any) -> None:
     """Write atomically, so that a concurrent reader sees the old object or the new one; a
     cache that cannot be written (read-only checkout, full disk) is simply not kept."""
+    name = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except OSError:
         return
     try:
@@ -107,7 +126,7 @@ def store_pickle(path: Path, value: Any) -> None:
             pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(name, path)
     except OSError:
-        Path(name).unlink(missing_ok=True)
+        name.unlink(missing_ok=True)
 
 
 def store_details(folder: Path, key: str, details: Details) -> None:
@@ -137,10 +156,17 @@ class RenderCache:
         self.fingerprint = digest(*(part for p in files
                                     for part in (p.as_posix().encode(), _content(p, root))))
         self.folder = self.base / self.fingerprint[:32]
-        self.index: dict[str, Summary] = load_pickle(self.folder / "index") or {}
+        index = load_pickle(self.folder / "index")
+        self.index: dict[str, Summary] = index if isinstance(index, dict) else {}
+        self.indexed = set(self.index)
+        """The keys of the `index` file, which `index.delta` changes."""
+        _apply(self.index, load_pickle(self.folder / "index.delta"))
         self.used: set[str] = set()
         self.new: dict[str, Details] = {}
         self.new_catalog_part: Any | None = None
+        self._kustomizations: dict[str, str] | None = None
+        self.kustomizations_used: dict[str, str] = {}
+        self.kustomizations_changed = False
         self.changed = False
 
     def get(self, key: str) -> Summary | None:
@@ -168,27 +194,68 @@ class RenderCache:
     def put_catalog_part(self, part: Any) -> None:
         self.new_catalog_part = part
 
+    def kustomization(self, key: str) -> str | None:
+        """A kustomization.yaml's text by the hash of what it lists (None: not cached)."""
+        if self._kustomizations is None:
+            found = load_pickle(self.folder / "kustomizations")
+            self._kustomizations = found if isinstance(found, dict) else {}
+        text = self._kustomizations.get(key)
+        if isinstance(text, str):
+            self.kustomizations_used[key] = text
+            return text
+        return None
+
+    def put_kustomization(self, key: str, text: str) -> None:
+        self.kustomizations_used[key] = text
+        self.kustomizations_changed = True
+
     def save(self) -> None:
         """Write what is new; drop entries and fingerprints no longer used. A render that
         found everything cached writes nothing."""
         if self.new_catalog_part is not None:
             store_pickle(self.folder / "catalog", self.new_catalog_part)
+        if self.kustomizations_changed:
+            store_pickle(self.folder / "kustomizations", self.kustomizations_used)
         if not self.changed and self.used == self.index.keys():
             return
         for key, details in self.new.items():
             store_details(self.folder, key, details)
-        store_pickle(self.folder / "index", {k: self.index[k] for k in sorted(self.used)})
-        for stale in _listing(self.folder / "jobs"):
-            if stale.name not in self.used:
-                stale.unlink(missing_ok=True)
+        self._store_index()
+        jobs = self.folder / "jobs"
+        for stale in _listing(jobs):
+            if stale not in self.used:
+                (jobs / stale).unlink(missing_ok=True)
         for other in _listing(self.base):
-            if other != self.folder:
-                shutil.rmtree(other, ignore_errors=True)
+            if other != self.folder.name:
+                shutil.rmtree(self.base / other, ignore_errors=True)
+
+    def _store_index(self) -> None:
+        """The used entries: as a delta from the `index` file while that stays small (an
+        entry is the same wherever it is kept: its key is the hash of its inputs)."""
+        added = {k: self.index[k] for k in sorted(self.used - self.indexed)}
+        removed = sorted(self.indexed - self.used)
+        if len(added) + len(removed) <= max(DELTA_ENTRIES, len(self.indexed) // 16):
+            store_pickle(self.folder / "index.delta", (added, removed))
+            return
+        store_pickle(self.folder / "index", {k: self.index[k] for k in sorted(self.used)})
+        self.indexed = set(self.used)
+        with contextlib.suppress(OSError):  # a delta left behind changes nothing it holds
+            (self.folder / "index.delta").unlink(missing_ok=True)
 
 
-def _listing(folder: Path) -> list[Path]:
+def _apply(index: dict[str, Summary], delta: Any) -> None:
+    """Change `index` by a delta read from `index.delta` (ignored unless well-formed)."""
+    if not (isinstance(delta, tuple) and len(delta) == 2 and isinstance(delta[0], dict)
+            and isinstance(delta[1], list)):
+        return
+    index.update(delta[0])
+    for key in delta[1]:
+        index.pop(key, None)
+
+
+def _listing(folder: Path) -> list[str]:
     try:
-        return list(folder.iterdir())
+        return os.listdir(folder)
     except OSError:
         return []
 

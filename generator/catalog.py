@@ -186,6 +186,28 @@ class NodeCheckPolicy(_Model):
     """Check pods run privileged, to read the kernel log for Xid/ECC errors (seed §2.4)."""
 
 
+class Agent(_Model):
+    """The agent `gkr diagnose` runs on a failed run's crash bundle (seed §7.4)."""
+
+    command: list[str] = Field(default_factory=list)
+    """Its argv; `{prompt}` and `{workspace}` stand for their paths, and the prompt is also on
+    its stdin. Empty: none configured ($GKR_AGENT_COMMAND or `--agent` give one)."""
+    env: list[str] = Field(default_factory=list)
+    """Variables passed from your environment to a local agent (its API key); it gets no
+    other but PATH, the locale and the telemetry DSN."""
+    timeout_s: int = Field(3600, gt=0, le=86400)
+    """Time the agent may take; then it is stopped."""
+    image: str
+    """The in-cluster Job's image: a name in images.yaml (it holds gkr and the agent)."""
+    secret: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """Secret in the team namespace whose keys become the in-cluster agent's environment (its
+    API key), created outside Git; None: none."""
+    cpus: CpuCount = Field(2.0, gt=0)
+    """CPUs of the in-cluster Job."""
+    memory: Quantity = "8Gi"
+    """Memory of the in-cluster Job."""
+
+
 class Platform(_Model):
     """Platform-wide facts: platform/catalog/gke.yaml."""
 
@@ -205,6 +227,8 @@ class Platform(_Model):
     """Where and how node checks (`gkr check`, Warden) run."""
     telemetry: Telemetry
     """Where GPU jobs' collective telemetry goes: ClickHouse and the node dump folder."""
+    agent: Agent
+    """The diagnosing agent of failed runs (`gkr diagnose`)."""
 
 
 class Images(_Model):

@@ -36,6 +36,7 @@ class KindTraits:
 
 _BOUNDED = "a raycluster lives until deleted; use a rayjob for a bounded run"
 _RESERVES = "only a rayjob releases nodes it could reserve"
+_LEARNERS = "a DiLoCo experiment's learners are rayjobs: use kind: rayjob"
 
 KINDS: dict[str, KindTraits] = {
     JobKind.RAYJOB: KindTraits(
@@ -51,7 +52,7 @@ KINDS: dict[str, KindTraits] = {
             ("cmd", "a raycluster runs no command; submit work to it with `ray job submit`"),
             ("retries", "a raycluster is not retried; KubeRay replaces failed pods"),
             ("deadline", _BOUNDED), ("ttl", _BOUNDED),
-            ("relaunch_reservation", _RESERVES),
+            ("relaunch_reservation", _RESERVES), ("diloco", _LEARNERS),
         ),
     ),
     JobKind.JOB: KindTraits(
@@ -59,7 +60,7 @@ KINDS: dict[str, KindTraits] = {
         needs_cmd=True, persistent=False, fetches_working_dir=False,
         refuses=(
             ("head", "a job has no Ray head; head is for rayjob and raycluster"),
-            ("relaunch_reservation", _RESERVES),
+            ("relaunch_reservation", _RESERVES), ("diloco", _LEARNERS),
         ),
     ),
 }

@@ -89,8 +89,8 @@ def scan(root: Path, tree: Tree) -> Disk:
     disk = Disk()
     for path in _regular_files(root):
         if path in tree.files:
-            disk.current[path] = _read(root, path)
-            if not is_generated(disk.current[path]):
+            data = disk.current[path] = _read(root, path)
+            if not is_generated(data):
                 disk.blocked[path] = NOT_MINE
         elif is_generated(_read(root, path, HEAD_BYTES)):
             disk.current[path] = _read(root, path)
@@ -123,9 +123,19 @@ def _walk(root: Path, folder: str) -> Iterator[str]:
 
 
 def _read(root: Path, path: str, size: int = -1) -> bytes:
+    """A file's bytes (its first `size` bytes). Plain reads on a string path: a render reads
+    every file of the tree, and `Path` joins and buffered readers were half of that."""
     try:
-        with open(root / path, "rb") as handle:
-            return handle.read(size)
+        fd = os.open(f"{root}/{path}", os.O_RDONLY)
+        try:
+            if size >= 0:
+                return os.read(fd, size)
+            chunks = [os.read(fd, os.fstat(fd).st_size + 1)]
+            while chunks[-1]:
+                chunks.append(os.read(fd, 1 << 16))
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
     except OSError as error:
         raise TreeNotWritable(f"cannot read {path}: {error.strerror}") from None
 

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from generator.errors import InvalidInput, Problem
-from generator.yamlio import refusal
+from generator.yamlio import MAX_BYTES, refusal
 
 JOBS_DIR = "jobs"
 ENV_DIR = "env"  # env files live in jobs/<team>/env/ (or deeper env/ folders)
@@ -73,20 +73,104 @@ def _classify(path: Path, root: Path, found: set[Path], problems: list[Problem])
         found.add(path)
 
 
-def _walk(folder: Path, root: Path, found: set[Path], problems: list[Problem]) -> None:
-    """Every spec and every misplaced YAML file below a folder (symlinked folders are not
-    followed: a spec file may be a symlink inside the repository, a folder may not)."""
-    for path in folder.rglob("*"):
-        parts = _jobs_parts(path, root)
-        if parts is None:
-            continue
-        if path.is_symlink() and path.is_dir():
-            problems.append(Problem(display_path(path, root), None, "",
-                                    "a symbolic link to a folder; gkr does not follow it"))
-        elif len(parts) == 2 and path.name.endswith(SPEC_SUFFIXES) and path.name[0] != ".":
-            found.add(path)  # a directory or dangling link here is reported when read
-        elif (path.is_file() or path.is_symlink()) and (why := misplaced(parts)):
-            problems.append(Problem(display_path(path, root), None, "", why))
+class _Walk:
+    """Spec discovery for one call of `spec_files`, on strings and `os.scandir` entries: a
+    repository of 1,000 specs is listed on every render, and `Path` objects, `Path.resolve`
+    and repeated stats per file cost more than the render of one changed spec.
+
+    A regular file (not a link) met by the walk, in folders entered without following links,
+    is vetted here with what `refusal` would check: inside the repository as written and as
+    resolved (its folder's real path is known: the walk's start, resolved once, plus real
+    folder names), and not too large. Anything else found (a link, a folder named like a
+    spec, a FIFO) goes through `refusal` itself."""
+
+    def __init__(self, root: Path, found: set[Path], problems: list[Problem]) -> None:
+        self.root, self.found, self.problems = root, found, problems
+        self.jobs = os.path.normpath(os.path.abspath(root / JOBS_DIR))
+        # What `refusal` tests a path against: the root as given and as resolved.
+        self.tops = (_prefix(str(root.absolute())), _prefix(str(root.resolve())))
+        self.vetted: set[Path] = set()
+
+    def _parts(self, lexical: str) -> tuple[str, ...] | None:
+        if lexical == self.jobs:
+            return ()
+        if lexical.startswith(_prefix(self.jobs)):
+            return tuple(lexical[len(self.jobs) + 1:].split("/"))
+        return None
+
+    def walk(self, folder: Path) -> None:
+        """Every spec and every misplaced YAML file below a folder (symlinked folders are not
+        followed: a spec file may be a symlink inside the repository, a folder may not)."""
+        lexical = os.path.normpath(os.path.abspath(folder))
+        self._folder(str(folder), lexical, os.path.realpath(folder))
+
+    def _folder(self, written: str, lexical: str, real: str) -> None:
+        try:
+            with os.scandir(written) as listing:
+                entries = list(listing)
+        except PermissionError:  # as `Path.rglob` did: a folder that may not be listed
+            return
+        base, lexical, real = _prefix(written), _prefix(lexical), _prefix(real)
+        parts = self._parts(lexical[:-1] or "/")
+        # `refusal`'s "inside the repository" checks, as written and as resolved, for every
+        # file of this folder at once (a name holds no "/": below `top` iff the folder is).
+        inside = lexical.startswith(self.tops) and real.startswith(self.tops[1])
+        subfolders: list[tuple[str, str, str]] = []
+        for entry in entries:
+            name = entry.name
+            child_parts = (*parts, name) if parts is not None else self._parts(lexical + name)
+            is_folder = _is_folder(entry)
+            if is_folder:
+                subfolders.append((base + name, lexical + name, real + name))
+            if child_parts is not None:
+                self._entry(entry, base + name, child_parts, is_folder, inside)
+        for folder in subfolders:
+            self._folder(*folder)
+
+    def _entry(self, entry: os.DirEntry[str], path: str, parts: tuple[str, ...],
+               is_folder: bool, inside: bool) -> None:
+        name, link = entry.name, entry.is_symlink()
+        if link and Path(path).is_dir():  # a link: the rare case, asked as `Path` would
+            self.problems.append(Problem(display_path(Path(path), self.root), None, "",
+                                         "a symbolic link to a folder; gkr does not follow it"))
+        elif len(parts) == 2 and name.endswith(SPEC_SUFFIXES) and name[0] != ".":
+            found = Path(path)  # a directory or dangling link here is reported when read
+            self.found.add(found)
+            if inside and not (link or is_folder) and _is_file(entry) and _small(entry):
+                self.vetted.add(found)
+        elif parts and (link or _is_file(entry)) and (why := misplaced(parts)):
+            self.problems.append(Problem(display_path(Path(path), self.root), None, "", why))
+
+    def refusal(self, path: Path) -> str | None:
+        return None if path in self.vetted else refusal(path, self.root)
+
+
+def _prefix(folder: str) -> str:
+    """What the paths strictly below `folder` start with."""
+    return folder.rstrip("/") + "/"
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _small(entry: os.DirEntry[str]) -> bool:
+    """Not over `refusal`'s size bound (False also when it cannot be told: ask `refusal`)."""
+    try:
+        return entry.stat(follow_symlinks=False).st_size <= MAX_BYTES
+    except OSError:
+        return False
+
+
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    """A regular file, not a link (from the folder listing: no system call on Linux)."""
+    try:
+        return entry.is_file(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def spec_files(root: Path, paths: list[Path] | None = None) -> list[Path]:
@@ -94,10 +178,11 @@ def spec_files(root: Path, paths: list[Path] | None = None) -> list[Path]:
     that is not where specs live, or a named path that is not a spec, is an error."""
     found: set[Path] = set()
     problems: list[Problem] = []
+    walk = _Walk(root, found, problems)
     for target in paths or [root / JOBS_DIR]:
         if target.is_dir() and not target.is_symlink():
             before = len(found) + len(problems)
-            _walk(target, root, found, problems)
+            walk.walk(target)
             if paths and len(found) + len(problems) == before:
                 problems.append(Problem(display_path(target, root), None, "",
                                         f"holds no spec; {PLACEMENT}"))
@@ -107,8 +192,14 @@ def spec_files(root: Path, paths: list[Path] | None = None) -> list[Path]:
             problems.append(Problem(display_path(target, root), None, "", "not found"))
     # Refused files are reported before anyone reads them: a FIFO would block a reader, and
     # a symlink out of the repository must not even be hashed.
-    refused = {path: why for path in found if (why := refusal(path, root)) is not None}
+    refused = {path: why for path in found if (why := walk.refusal(path)) is not None}
     problems += [Problem(display_path(path, root), None, "", why) for path, why in refused.items()]
     if problems:
         raise InvalidInput(problems)
-    return sorted(found)
+    return sorted(found, key=_order)
+
+
+def _order(path: Path) -> tuple[str, ...]:
+    """`Path`'s own order (by parts), one key per path rather than a comparison of parts
+    per pair of paths."""
+    return path.parts

@@ -5,7 +5,9 @@
 * host paths and added capabilities are exactly those the accelerator catalog requires
   (and, in GPU pods, the node's telemetry folder: generator.telemetry);
 * every image is pinned by digest, except the sidecar images the accelerator catalog
-  itself names (GKE publishes those by tag; the catalog is reviewed like code).
+  itself names (GKE publishes those by tag; the catalog is reviewed like code);
+* RBAC beside a workload only reads: a Role may get, list and watch its namespace's pods
+  and their logs, and nothing cluster-wide (the in-cluster diagnosis of `gkr diagnose`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from generator.tree import Tree
 
 JOB_PATH = re.compile(r"^kustomize/overlays/(?P<cluster>[^/]+)/jobs/(?P<namespace>[^/]+)/[^/]+$")
 HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
+READ_VERBS = frozenset({"get", "list", "watch"})
+READABLE = frozenset({"pods", "pods/log"})  # what a Role beside a workload may read
 
 
 def check_job_policies(tree: Tree, catalog: Catalog) -> list[Problem]:
@@ -35,11 +39,40 @@ def check_job_policies(tree: Tree, catalog: Catalog) -> list[Problem]:
         teams = {t.namespace for t in cluster.teams.values()} if cluster else set()
         for document in documents:
             where = f"{document.get('kind')}/{document.get('metadata', {}).get('name')}"
-            found = _namespace(document, match["namespace"], teams)
+            found = _namespace(document, match["namespace"], teams) + rbac_problems(document)
             found += [f"{pod_path}: {message}" for pod_path, pod in pod_specs(document)
                       for message in pod_problems(pod, accelerators.get(path),
                                                   catalog.platform.telemetry.node_dir)]
             problems += [Problem(path, None, where, message) for message in found]
+    return problems
+
+
+def rbac_problems(document: dict[str, Any]) -> list[str]:
+    """RBAC beside a workload may only read its own namespace's pods and their logs: what a
+    diagnosis agent needs (seed §7.4), while changing things stays with people."""
+    kind = document.get("kind")
+    if kind in ("ClusterRole", "ClusterRoleBinding"):
+        return [f"a {kind} reaches beyond the namespace; use a Role"]
+    if kind == "RoleBinding" and (document.get("roleRef") or {}).get("kind") != "Role":
+        return ["a RoleBinding binds only a Role of its namespace"]
+    if kind != "Role":
+        return []
+    return [f"rules[{index}]: {message}" for index, rule in enumerate(document.get("rules") or [])
+            for message in _rule_problems(rule)]
+
+
+def _rule_problems(rule: dict[str, Any]) -> list[str]:
+    verbs, resources = set(rule.get("verbs") or []), set(rule.get("resources") or [])
+    groups = set(rule.get("apiGroups") or [])
+    problems = []
+    if not verbs <= READ_VERBS:
+        problems.append(f"verbs {sorted(verbs - READ_VERBS)} change things; allowed: "
+                        f"{', '.join(sorted(READ_VERBS))}")
+    if groups != {""} or not resources <= READABLE or rule.get("resourceNames"):
+        problems.append(f"resources {sorted(resources)} of API groups {sorted(groups)}; "
+                        f"allowed: {', '.join(sorted(READABLE))} of the core group")
+    if rule.get("nonResourceURLs"):
+        problems.append("nonResourceURLs are cluster-wide")
     return problems
 
 

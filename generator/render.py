@@ -10,9 +10,10 @@ when something must be rendered: importing them takes longer than a cached rende
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +50,7 @@ class Fresh:
 
     summary: Summary
     details: Details | None
-    job: ResolvedJob | None
+    jobs: tuple[ResolvedJob, ...] | None  # the spec's job, then any others it renders to
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def render_tree(root: Path, catalog: Catalog | None = None, use_cache: bool = Tr
             tree.manifests[path] = part.manifests[path]
     for job in rendered:
         tree.add_job(job)
-    _add_kustomizations(tree, part.overlays)
+    _add_kustomizations(tree, part.overlays, render_cache)
     if render_cache:
         _save(root, render_cache)
     return tree
@@ -117,7 +118,10 @@ def render_jobs(root: Path, catalog_of: CatalogOf, render_cache: RenderCache | N
     keys = [spec_key(path) for path in paths]
     cached = {k: s for k in keys if k and render_cache and (s := render_cache.get(k))}
     missing = [(p, k) for p, k in zip(paths, keys, strict=True) if k not in cached]
-    outcomes = _render_all(missing, root, catalog_of, render_cache, meanwhile) if missing else []
+    outcomes: list[Fresh | list[Problem]] = []
+    if missing:
+        with _without_pydantic_plugins():
+            outcomes = _render_all(missing, root, catalog_of, render_cache, meanwhile)
     problems = [p for outcome in outcomes if isinstance(outcome, list) for p in outcome]
     if problems:
         raise InvalidInput(problems)
@@ -126,39 +130,64 @@ def render_jobs(root: Path, catalog_of: CatalogOf, render_cache: RenderCache | N
     for path, key in missing:
         if render_cache and key:
             render_cache.put(key, fresh[path].summary, fresh[path].details)
-    return [_rendered(path, root, key, fresh.get(path), cached.get(key or ""), catalog_of,
-                      render_cache) for path, key in zip(paths, keys, strict=True)]
+    return [job for path, key in zip(paths, keys, strict=True)
+            for job in _rendered(path, root, key, fresh.get(path), cached.get(key or ""),
+                                 catalog_of, render_cache)]
+
+
+@contextmanager
+def _without_pydantic_plugins() -> Iterator[None]:
+    """pydantic looks for plugins (the entry points of every installed distribution, ~10 ms)
+    when it builds its first model, and gkr's models use none. As typer does around its own
+    pydantic adapters, the lookup is off while the renderer's models are imported and used,
+    unless PYDANTIC_DISABLE_PLUGINS is set already."""
+    if "PYDANTIC_DISABLE_PLUGINS" in os.environ:
+        yield
+        return
+    os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+    try:
+        yield
+    finally:
+        os.environ.pop("PYDANTIC_DISABLE_PLUGINS", None)
 
 
 def _rendered(path: Path, root: Path, key: str | None, made: Fresh | None,
               summary: Summary | None, catalog_of: CatalogOf,
-              render_cache: RenderCache | None) -> RenderedJob:
-    """A job's output file; its resolved job and documents are rebuilt only when asked for."""
+              render_cache: RenderCache | None) -> list[RenderedJob]:
+    """A spec's output files, one per job; resolved jobs and documents are rebuilt only
+    when asked for."""
     summary = made.summary if made else summary
     assert summary is not None
 
-    def details() -> tuple[ResolvedJob, Documents]:
-        if made and made.job and made.details:
-            return made.job, made.details.documents
+    def details(part: int) -> tuple[ResolvedJob, Documents]:
+        if made and made.jobs and made.details:
+            return made.jobs[part], _documents(made.details, part)
         kept = made.details if made and made.details else None
         if kept is None and render_cache and key:
             kept = render_cache.details(key)
-        if kept is None:  # the cache lost this job's details: render it again
-            return _rerender(path, root, catalog_of())
-        from generator.resolve import assemble
+        if kept is None:  # the cache lost this spec's details: render it again
+            return _rerender(path, root, catalog_of(), part)
+        from generator.experiments import assemble_all
 
-        job = assemble(kept.spec, kept.team, summary.source, kept.user_env, catalog_of())
-        return job, kept.documents
+        jobs = assemble_all(kept.spec, kept.team, summary.source, kept.user_env, catalog_of())
+        return jobs[part], _documents(kept, part)
 
-    return RenderedJob(summary.path, summary.text, summary.source, details)
+    files = [(summary.path, summary.text), *summary.parts]
+    return [RenderedJob(file, text, summary.source, partial(details, part))
+            for part, (file, text) in enumerate(files)]
 
 
-def _rerender(path: Path, root: Path, catalog: Catalog) -> tuple[ResolvedJob, Documents]:
+def _documents(details: Details, part: int) -> Documents:
+    return details.parts[part - 1] if part else details.documents
+
+
+def _rerender(path: Path, root: Path, catalog: Catalog,
+              part: int) -> tuple[ResolvedJob, Documents]:
     made = _render_spec(path, root, catalog)
     if isinstance(made, list):
         raise InvalidInput(made)
-    assert made.job is not None and made.details is not None
-    return made.job, made.details.documents
+    assert made.jobs is not None and made.details is not None
+    return made.jobs[part], _documents(made.details, part)
 
 
 def _render_all(missing: list[tuple[Path, str | None]], root: Path, catalog_of: CatalogOf,
@@ -202,23 +231,27 @@ def _render_in_worker(item: tuple[Path, str | None]) -> Fresh | list[Problem]:
 
 def _render_spec(path: Path, root: Path, catalog: Catalog) -> Fresh | list[Problem]:
     """One spec rendered from scratch, as a cache entry (or its problems)."""
+    from generator.experiments import resolve_all
     from generator.manifests import render_job
     from generator.paths import job_path
-    from generator.resolve import resolve
     from generator.specs import load_spec
     from generator.yamlio import dump_documents
 
     try:
         loaded = load_spec(path, root)
-        job = resolve(loaded, catalog)
-        documents = render_job(job)  # refuses objects too large for the API server
+        jobs = resolve_all(loaded, catalog)  # a DiLoCo experiment renders to several
+        documents = [render_job(job) for job in jobs]  # refuses objects too large for the API
     except InvalidInput as error:
         return error.problems
-    text = HEADER.format(source=job.source) + dump_documents(documents)
+    job = jobs[0]
+    texts = [HEADER.format(source=job.source) + dump_documents(docs) for docs in documents]
     env_file = path.parent / job.spec.env_file if job.spec.env_file else None
     dependencies = {str(env_file): file_digest(env_file)} if env_file else {}
-    summary = Summary(job_path(job), text, job.source, dependencies)
-    return Fresh(summary, Details(job.spec, loaded.source.team, job.user_env, documents), job)
+    parts = tuple((job_path(other), text) for other, text in zip(jobs[1:], texts[1:], strict=True))
+    summary = Summary(job_path(job), texts[0], job.source, dependencies, parts)
+    details = Details(loaded.spec, loaded.source.team, job.user_env, documents[0],
+                      tuple(documents[1:]))
+    return Fresh(summary, details, tuple(jobs))
 
 
 def produce_base(ctx: RenderContext, tree: Tree) -> None:
@@ -258,10 +291,10 @@ def _catalog_part(root: Path, catalog_of: CatalogOf,
     return part
 
 
-def _add_kustomizations(tree: Tree, overlays: dict[str, list[str]]) -> None:
-    """kustomization.yaml files derived from the files present: nothing to keep in sync."""
-    from generator.yamlio import dump_documents
-
+def _add_kustomizations(tree: Tree, overlays: dict[str, list[str]],
+                        render_cache: RenderCache | None = None) -> None:
+    """kustomization.yaml files derived from the files present: nothing to keep in sync.
+    The cache keeps their text by what they list (they change only when jobs come or go)."""
     folders: dict[str, tuple[list[str], list[str]]] = {"kustomize/base": ([], [])}
     folders |= {folder: (["../../base"], components) for folder, components in overlays.items()}
     for folder, (resources, components) in folders.items():
@@ -269,9 +302,21 @@ def _add_kustomizations(tree: Tree, overlays: dict[str, list[str]]) -> None:
             path.removeprefix(folder + "/") for path in tree.files
             if path.startswith(folder + "/") and not path.endswith("kustomization.yaml")
         )
-        document: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1",
-                                    "kind": "Kustomization", "resources": resources}
-        if components:
-            document["components"] = components
-        tree.files[f"{folder}/kustomization.yaml"] = (
-            HEADER.format(source="the files beside it") + dump_documents([document]))
+        key = digest(str(len(resources)).encode(),
+                     *(item.encode() for item in (*resources, *components)))
+        text = render_cache.kustomization(key) if render_cache else None
+        if text is None:
+            text = _kustomization(resources, components)
+            if render_cache:
+                render_cache.put_kustomization(key, text)
+        tree.files[f"{folder}/kustomization.yaml"] = text
+
+
+def _kustomization(resources: list[str], components: list[str]) -> str:
+    from generator.yamlio import dump_documents
+
+    document: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1",
+                                "kind": "Kustomization", "resources": resources}
+    if components:
+        document["components"] = components
+    return HEADER.format(source="the files beside it") + dump_documents([document])

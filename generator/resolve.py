@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,13 @@ from runtime.identity import Annotation, Env, JobKind, Taint, Workload
 from runtime.pods import GpuHost
 
 GIB = Decimal(2**30)
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """A Service in front of a job's pods (a DiLoCo synchroniser's, `generator.experiments`)."""
+
+    spec: dict[str, Any]  # the Service's spec
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,10 @@ class ResolvedJob:
     ttl_seconds: int | None
     rack_topology_key: str | None
     min_workers: int  # KubeRay may run a preemptible job with fewer workers (seed §4.2)
+    # Of one part of an experiment spec (`generator.experiments`): the GKR_* settings its pods
+    # get beside their identity, and the Service the job's template renders in front of them.
+    gkr_env: dict[str, str] = field(default_factory=dict)
+    exposure: Exposure | None = None
 
     @property
     def name(self) -> str:
@@ -99,7 +110,8 @@ class ResolvedJob:
 
     @property
     def identity_env(self) -> dict[str, str]:
-        return self.workload.env() | {Env.ACCELERATOR: self.spec.accelerator or "none"}
+        return (self.workload.env() | {Env.ACCELERATOR: self.spec.accelerator or "none"}
+                | self.gkr_env)
 
     @property
     def interfaces(self) -> str | None:

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from generator.units import CpuCount, Duration, Quantity
+from runtime.diloco.config import Merge, Mode, OuterOptimizer
 
 Kind = Literal["rayjob", "raycluster", "job"]
 KINDS: tuple[Kind, ...] = ("rayjob", "raycluster", "job")
@@ -56,6 +57,68 @@ class RackAffinity(_Strict):
     """Topology level the pods share: block (coarsest), subblock (a rack), host."""
     required: bool = False
     """Refuse to schedule outside one topology domain (default: preferred only)."""
+
+
+class Learner(_Strict):
+    """One learner of a DiLoCo experiment: a RayJob of its own, on its cluster."""
+
+    name: str = Field(pattern=r"^[a-z]([-a-z0-9]{0,14}[a-z0-9])?$")
+    """Learner name (up to 16 characters); its RayJob is `<spec name>-<learner name>`."""
+    cluster: str | None = None
+    """Cluster of this learner (default: the spec's)."""
+    accelerator: str | None = None
+    """Accelerator type on that cluster (default: the spec's)."""
+    pods: int | None = Field(None, ge=1, le=4096)
+    """GPU pods of this learner (default: the spec's)."""
+    gpus: int | None = Field(None, ge=0, le=64)
+    """GPUs per pod (default: the spec's, else a whole node of the accelerator)."""
+    cpus: CpuCount | None = Field(None, gt=0)
+    """CPUs per pod (default: the spec's, else the node's share)."""
+    memory: Quantity | None = None
+    """Memory per pod (default: the spec's, else the node's share)."""
+
+
+class Synchroniser(_Strict):
+    """The experiment's synchroniser: a Job and a Service on the spec's cluster."""
+
+    port: int = Field(5555, ge=1024, le=65535)
+    """TCP port the learners dial."""
+    expose: Literal["cluster", "load_balancer"] = "cluster"
+    """cluster: a ClusterIP Service (learners on the spec's cluster only); load_balancer: a
+    network load balancer at `address`, for learners on other clusters."""
+    address: str | None = None
+    """The load balancer's reserved external IPv4 address (expose: load_balancer)."""
+    source_ranges: list[str] = Field(default_factory=list)
+    """CIDR ranges allowed through the load balancer: the learner clusters' egress (NAT)
+    addresses; the weights travel unencrypted, so nothing else may connect."""
+    cpus: CpuCount = Field(4, gt=0)
+    """CPUs of the synchroniser's pod (the merge runs on CPU)."""
+    memory: Quantity = "16Gi"
+    """Memory of the synchroniser's pod: a few copies of the model's weights."""
+    checkpoint: str | None = None
+    """Where the outer state is saved after every round (fsspec URI); none: not saved."""
+
+
+class Diloco(_Strict):
+    """A DiLoCo experiment (seed §6): learners on their own clusters that sync every
+    `inner_steps` steps through one synchroniser."""
+
+    learners: list[Learner] = Field(min_length=1, max_length=64)
+    """The learners; each inherits the spec's fields and overrides where it runs."""
+    inner_steps: int = Field(100, ge=1)
+    """H: each learner's optimizer steps between two syncs."""
+    mode: Mode = "barrier"
+    """barrier: learners wait for each merge; decoupled: they train on and apply it later."""
+    merge: Merge = "delta"
+    """Decoupled mode: `delta` adds the outer update to weights that moved on; `replace`."""
+    outer: OuterOptimizer = Field(default_factory=OuterOptimizer)
+    """The outer optimizer: SGD, Nesterov momentum 0.9 and lr 0.7 by default (DiLoCo paper)."""
+    round_timeout: Duration = "5m"
+    """How long a round waits for a missing learner before merging without it."""
+    learner_timeout: Duration = "15m"
+    """How long a learner waits for a merge before training on and rejoining later."""
+    synchroniser: Synchroniser = Field(default_factory=Synchroniser)
+    """The synchroniser's pod and how learners reach it."""
 
 
 class JobSpec(_Strict):
@@ -107,3 +170,5 @@ class JobSpec(_Strict):
     """After a RayJob ends, keep its nodes reserved for the namespace this long (seed §4.3)."""
     retries: int = Field(0, ge=0, le=100)
     """How many times a failed job is retried (RayJob/Job backoffLimit)."""
+    diloco: Diloco | None = None
+    """A DiLoCo experiment: one rayjob per learner and a synchroniser (rayjob only)."""

@@ -28,6 +28,7 @@ import yaml
 from generator import schemas
 from generator.catalog import Catalog
 from generator.errors import CheckFailed, InvalidInput, Problem, StaleTree
+from generator.experiments import resolve_all
 from generator.journal import recover
 from generator.kustomize import PassedBuilds, build
 from generator.lock import tree_lock
@@ -44,7 +45,6 @@ from generator.placement import spec_files
 from generator.platform.checks import check_terraform_structure, check_terraform_tools
 from generator.policies import check_job_policies
 from generator.render import render_tree
-from generator.resolve import resolve
 from generator.specs import load_spec
 from generator.tree import Tree
 from generator.yamlio import load_all_rendered
@@ -324,12 +324,13 @@ def validate_specs(root: Path, paths: list[Path], catalog: Catalog | None = None
     problems, tree = [], Tree()
     for path in spec_files(root, [p.absolute() for p in paths]):
         try:
-            job = resolve(load_spec(path, root), catalog)
-            tree.add(job_path(job), render_job(job), job.source)
+            jobs = resolve_all(load_spec(path, root), catalog)
+            for job in jobs:
+                tree.add(job_path(job), render_job(job), job.source)
         except InvalidInput as error:
             problems += error.problems
             continue
-        tree.jobs.append(job)
+        tree.jobs.extend(jobs)
     if problems:
         raise InvalidInput(problems)
     problems = [problem for check in MANIFEST_CHECKS for problem in check(tree, catalog)]

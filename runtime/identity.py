@@ -48,6 +48,8 @@ class Label:
     TEAM: Final = f"{DOMAIN}/team"
     ROLE: Final = f"{DOMAIN}/role"
     CLUSTER: Final = f"{DOMAIN}/cluster"
+    RUN: Final = f"{DOMAIN}/run"  # the logical run several jobs share (a DiLoCo experiment)
+    LEARNER: Final = f"{DOMAIN}/learner"  # which learner of that run a job is
     TIER: Final = f"{DOMAIN}/tier"  # on PriorityClasses
 
 
@@ -109,6 +111,8 @@ class Env:
     TELEMETRY_DSN: Final = "GKR_TELEMETRY_DSN"  # where telemetry goes (runtime.telemetry)
     # The password inside a cluster pod's DSN, from a Secret (generator.telemetry.Telemetry.dsn)
     TELEMETRY_PASSWORD: Final = "GKR_TELEMETRY_PASSWORD"
+    # The agent command `gkr diagnose` runs (shell words), over the catalog's `agent.command`.
+    AGENT_COMMAND: Final = "GKR_AGENT_COMMAND"
 
 
 # The identity field each GKR_* variable carries into a pod (`Workload.env`, `Identity.from_env`).
@@ -131,16 +135,20 @@ class Workload:
     team: str
     job: str
     kind: JobKind
+    run: str = ""  # the logical run, when several jobs share one (seed §6); else none
+    learner: str = ""  # which learner of that run this job is; "" for none
 
     def labels(self) -> dict[str, str]:
         """The selectable labels of every object of this job (the role is added per pod)."""
+        shared = {Label.RUN: self.run, Label.LEARNER: self.learner}
         return {MANAGED_BY[0]: MANAGED_BY[1], Label.JOB: self.job, Label.KIND: str(self.kind),
-                Label.TEAM: self.team}
+                Label.TEAM: self.team, **{key: value for key, value in shared.items() if value}}
 
     def env(self) -> dict[str, str]:
-        """What a pod of this job learns about itself from its environment."""
-        return {name: str(getattr(self, field)) for name, field in ENV_FIELDS.items()
-                if hasattr(self, field)}
+        """What a pod of this job learns about itself from its environment (a job of no
+        shared run leaves the run to its process)."""
+        return {name: str(value) for name, field in ENV_FIELDS.items()
+                if (value := getattr(self, field, ""))}
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,7 @@ def submit(
 ) -> None:
     """Submit a rayjob, raycluster or job (flags override -f values), by server-side apply."""
     from generator.catalog import Catalog
-    from generator.cluster import SubmitRequest, prepare
+    from generator.cluster import SubmitRequest, prepare_all
     from generator.cluster import manifests as render_manifests
     from generator.repo import find_root
 
@@ -129,22 +129,42 @@ def submit(
     request = SubmitRequest(flags=flags, spec_file=spec_file, root=root)
     catalog = Catalog(root)
     # A --gitops job runs once merged, so its code archive must be in the store by then.
-    job = prepare(request, catalog, upload=not dry_run)
-    documents = render_manifests(job, catalog)
+    jobs = prepare_all(request, catalog, upload=not dry_run)  # several: a DiLoCo experiment
+    documents = [render_manifests(job, catalog) for job in jobs]
     if dry_run:
-        import yaml
-
-        print(yaml.safe_dump_all(documents, sort_keys=False), end="")
+        _print_manifests(jobs, documents)
     elif gitops:
         from generator.cluster.gitops import referenced_env, submit_gitops
 
+        job = _one_job(jobs)
         env_source = env.resolve() if env else referenced_env(job, spec_file)
         made = submit_gitops(root, job, env_source, branch, base)
         out_console.print(f"committed {made.commit[:10]} on branch {made.branch} (from "
                           f"{made.base[:10]}): push it and open a PR")
     else:
-        _apply(root, job, documents, force=force, preflight=preflight, timeout=timeout,
-               teardown=teardown)
+        for job, objects in zip(jobs, documents, strict=True):
+            _apply(root, job, objects, force=force, preflight=preflight, timeout=timeout,
+                   teardown=teardown)
+
+
+def _print_manifests(jobs: list[ResolvedJob], documents: list[list[Obj]]) -> None:
+    """The manifests `submit` would apply; several jobs each say where they go."""
+    import yaml
+
+    for job, objects in zip(jobs, documents, strict=True):
+        if len(jobs) > 1:
+            print(f"# {job.name}: cluster {job.cluster.name}, namespace {job.namespace}")
+        print(yaml.safe_dump_all(objects, sort_keys=False), end="")
+        if len(jobs) > 1 and job is not jobs[-1]:
+            print("---")
+
+
+def _one_job(jobs: list[ResolvedJob]) -> ResolvedJob:
+    if len(jobs) > 1:
+        raise BadRequest("--gitops commits one job; a DiLoCo experiment renders to several "
+                         "clusters: add its spec under jobs/<team>/, run `gkr render` and "
+                         "open a pull request with both")
+    return jobs[0]
 
 
 def _flag_defaults(root: Path, flags: dict[str, Any]) -> dict[str, Any]:

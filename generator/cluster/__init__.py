@@ -8,9 +8,10 @@ from generator.cluster.submit import (
     find_job,
     manifests,
     prepare,
+    prepare_all,
 )
 
 __all__ = [
     "JobRow", "JobStatus", "PodRow", "SubmitRequest", "apply_all", "delete_job", "find_job",
-    "job_status", "list_jobs", "manifests", "prepare",
+    "job_status", "list_jobs", "manifests", "prepare", "prepare_all",
 ]

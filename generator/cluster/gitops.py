@@ -127,6 +127,45 @@ def submit_gitops(root: Path, job: ResolvedJob, env_source: Path | None = None,
     return Submitted(name, sha, start, paths)
 
 
+@dataclass(frozen=True)
+class Patch:
+    """One commit of `commit_patches`: a diff as `git apply` reads it, and its message."""
+
+    diff: bytes
+    message: str
+
+
+def commit_patches(root: Path, base: str, branch: str, patches: list[Patch]) -> Submitted:
+    """Commit each patch in turn on a new branch starting at `base`, in a temporary worktree
+    as `submit_gitops` does: the user's working tree, index and current branch are never
+    touched, and only the new branch ref is written back (`gkr diagnose approve`)."""
+    repo = _open(root)
+    name = _free_branch(repo, branch)
+    start = _base_commit(repo, base)
+    with _worktree(repo, start) as top:
+        cmd = load_git(PURPOSE).Git(top)
+        for patch in patches:
+            _apply(cmd, top.parent, patch)
+        sha = _git(cmd, "rev-parse", "HEAD")
+        paths = _git(cmd, "diff", "--name-only", start, sha).splitlines()
+    _git(repo.git, "branch", "--no-track", name, sha)
+    return Submitted(name, sha, start, paths)
+
+
+def _apply(cmd: git.Git, scratch: Path, patch: Patch) -> None:
+    diff = scratch / "change.patch"
+    diff.write_bytes(patch.diff)
+    _git(cmd, "apply", "--index", "--binary", "--whitespace=nowarn", str(diff))
+    _git(cmd, "commit", "--quiet", "--allow-empty", "--message", patch.message)
+
+
+@contextmanager
+def checkout(root: Path, commit: str) -> Iterator[Path]:
+    """A detached checkout of `commit` in a temporary folder, removed afterwards."""
+    with _worktree(_open(root), commit) as tree:
+        yield tree
+
+
 def _open(root: Path) -> git.Repo:
     git = load_git(PURPOSE)
     try:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from generator.catalog import Catalog
 from generator.cluster.package import FsspecStore, archive, local_folder
 from generator.errors import BadRequest, InvalidInput, Problem
+from generator.experiments import resolve_all
 from generator.kinds import KINDS, KindTraits, sentinel_name
 from generator.manifests import render_job
 from generator.paths import job_path
@@ -87,6 +88,19 @@ def prepare(request: SubmitRequest, catalog: Catalog, upload: bool) -> ResolvedJ
     name, data = archive(folder, job.name)
     flags["working_dir"] = store.put(name, data) if upload else f"{store.prefix}/{name}"
     return resolve(load(request.model_copy(update={"flags": flags})), catalog)
+
+
+def prepare_all(request: SubmitRequest, catalog: Catalog, upload: bool) -> list[ResolvedJob]:
+    """Every job of the request: the one job, or a DiLoCo experiment's synchroniser and
+    learners (`generator.experiments`), each bound for its own cluster."""
+    loaded = load(request)
+    if loaded.spec.diloco is None:
+        return [prepare(request, catalog, upload)]
+    if local_working_dir(loaded, request.root) is not None:
+        raise BadRequest("a DiLoCo experiment's learners run on several clusters, each with "
+                         "its own code store: give --working-dir as a gs:// URI or a path in "
+                         "the image")
+    return resolve_all(loaded, catalog)
 
 
 def manifests(job: ResolvedJob, catalog: Catalog) -> list[Obj]:

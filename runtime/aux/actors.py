@@ -13,6 +13,7 @@ import ray
 
 from runtime.aux.config import ServiceConfig
 from runtime.aux.proxy import ProxyCore
+from runtime.aux.refresh import RefreshPoint
 from runtime.aux.services import CheckpointableService, build_service
 from runtime.aux.worker import WorkerCore, backend_address
 from runtime.fleet import monitor_name
@@ -32,7 +33,7 @@ class AuxWorkerActor:
 
     def __init__(
         self, run_id: str, service: str, index: int, config: ServiceConfig, ipc_dir: str,
-        report_interval_s: float,
+        report_interval_s: float, refresh: RefreshPoint | None = None,
     ) -> None:
         self.node_id = ray.get_runtime_context().get_node_id()
         implementation = build_service(f"aux.services.{service}", config.impl, config.options)
@@ -45,6 +46,7 @@ class AuxWorkerActor:
             queue_size=config.queue_size,
             report=_reporter(run_id, "record_worker"),
             report_interval_s=report_interval_s,
+            refresh=refresh,
         )
         self.thread = self.core.start_thread()
 
@@ -94,16 +96,15 @@ class AuxProxyActor:
             proxy_id=node_id[:12],
             host=ray.util.get_node_ip_address(),
             backend=backend_address(ipc_dir, run_id, service, node_id),
-            on_worker_loss=config.on_worker_loss,
             report=_reporter(run_id, "record_proxy"),
             report_interval_s=report_interval_s,
         )
         self.thread = self.core.start_thread()
 
     @ray.method
-    def address(self) -> str:
-        """The TCP address training ranks connect to."""
-        return self.core.address
+    def addresses(self) -> tuple[str, str]:
+        """The TCP addresses training ranks connect to: requests, and loss notices."""
+        return self.core.address, self.core.events_address
 
     @ray.method
     def ready_workers(self) -> int:

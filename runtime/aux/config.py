@@ -46,6 +46,9 @@ class ServiceConfig(BaseModel):
         OnWorkerLoss.RETRY, description="Retry or fail requests in flight on a dead worker."
     )
     max_restarts: int = Field(3, ge=-1, description="Ray restarts of a dead worker (-1: ever).")
+    refresh: bool = Field(
+        False, description="Training refreshes the workers' weights (runtime.aux.refresh)."
+    )
 
     @model_validator(mode="after")
     def _whole_gpus_above_one(self) -> ServiceConfig:

@@ -22,6 +22,7 @@ from runtime.aux.actors import AuxProxyActor, AuxWorkerActor
 from runtime.aux.client import Endpoint, ServiceHandle
 from runtime.aux.config import AuxConfig, ServiceConfig
 from runtime.aux.errors import AuxStartupError
+from runtime.aux.refresh import RefreshHub, RefreshPoint
 from runtime.planner import MILLI, Bundle, CapacityPlan
 
 _Worker = ray.remote(AuxWorkerActor)
@@ -47,6 +48,7 @@ class AuxCoordinator:
         self.actors: dict[str, list[Any]] = {}
         self.proxies: dict[str, list[Any]] = {}
         self.groups: list[Any] = []
+        self.hub: RefreshHub | None = None  # the refresh store, while a service refreshes
 
     def start(self) -> dict[str, ServiceHandle]:
         """Start every service; raises AuxStartupError naming the service that failed."""
@@ -60,16 +62,28 @@ class AuxCoordinator:
         )
         self.groups.append(group)
         self._wait(name, group.ready(), service.startup_timeout_s, "placement group")
-        workers = self._start_workers(name, service, group, bundles)
+        refresh = self._refresh_point(name, service)
+        workers = self._start_workers(name, service, group, bundles, refresh)
         infos = self._wait(
             name, [w.info.remote() for w in workers], service.startup_timeout_s, "startup check"
         )
         per_node = Counter(info["node_id"] for info in infos)
         endpoints = self._start_proxies(name, service, per_node)
-        return ServiceHandle(name, endpoints, service.request_timeout_s, service.retries)
+        return ServiceHandle(name, endpoints, service.request_timeout_s, service.retries,
+                             service.on_worker_loss, refresh)
+
+    def _refresh_point(self, name: str, service: ServiceConfig) -> RefreshPoint | None:
+        """Where training refreshes this service's weights: NCCL to GPU workers, else gloo.
+        The store lives in this process; restarted workers find it by the same address."""
+        if not service.refresh:
+            return None
+        if self.hub is None:
+            self.hub = RefreshHub(ray.util.get_node_ip_address())
+        return self.hub.point(name, "nccl" if service.gpus_per_worker > 0 else "gloo")
 
     def _start_workers(
-        self, name: str, service: ServiceConfig, group: Any, bundles: tuple[Bundle, ...]
+        self, name: str, service: ServiceConfig, group: Any, bundles: tuple[Bundle, ...],
+        refresh: RefreshPoint | None,
     ) -> list[Any]:
         workers: list[Any] = []
         for bundle_index, bundle in enumerate(bundles):
@@ -80,7 +94,7 @@ class AuxCoordinator:
                     max_restarts=service.max_restarts, scheduling_strategy=strategy,
                     name=f"gkr-{self.run_id}-{name}-{len(workers)}",
                 ).remote(self.run_id, name, len(workers), service, self.config.ipc_dir,
-                         self.config.report_interval_s))
+                         self.config.report_interval_s, refresh))
         self.actors[name] = workers
         return workers
 
@@ -97,13 +111,13 @@ class AuxCoordinator:
         }
         self.proxies[name] = list(proxies.values())
         addresses = self._wait(
-            name, [p.address.remote() for p in proxies.values()], service.startup_timeout_s,
+            name, [p.addresses.remote() for p in proxies.values()], service.startup_timeout_s,
             "proxy start",
         )
         self._await_registration(name, service, proxies, per_node)
         return tuple(
-            Endpoint(address, per_node[node])
-            for node, address in zip(proxies, addresses, strict=True)
+            Endpoint(address, per_node[node], events)
+            for node, (address, events) in zip(proxies, addresses, strict=True)
         )
 
     def _await_registration(
@@ -136,4 +150,4 @@ class AuxCoordinator:
             ray.kill(handle, no_restart=True)
         for group in self.groups:
             remove_placement_group(group)
-        self.actors, self.proxies, self.groups = {}, {}, []
+        self.actors, self.proxies, self.groups, self.hub = {}, {}, [], None

@@ -29,5 +29,9 @@ class RemoteError(AuxError):
     """The service raised while handling the request; carries the remote type and message."""
 
     def __init__(self, service: str, remote_type: str, message: str) -> None:
-        self.remote_type = remote_type
+        self.service, self.remote_type, self.message = service, remote_type, message
         super().__init__(f"{service}: {remote_type}: {message}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Ray pickles a rank's error to the driver: rebuild it from its parts.
+        return type(self), (self.service, self.remote_type, self.message)

@@ -1,19 +1,29 @@
 """The per-node proxy of one service: ZeroMQ TCP in front, IPC to the node's workers behind.
 
-Training ranks send to the frontend (ROUTER on TCP); the proxy forwards each request to the
-next ready worker in round-robin order (seed §5.2) and routes the reply back. It tracks
-requests in flight so that when a worker restarts (a new incarnation announces itself) they
-are retried on another worker or failed, by the service's policy, and it answers EXPIRED
-for requests whose deadline passes while they wait.
+The data path is libzmq's own proxy device (`zmq_proxy_steerable`) between a ROUTER on TCP,
+where training ranks connect, and a DEALER on IPC, where the node's workers connect. The
+DEALER hands each request to the next worker in round-robin order (seed §5.2), passing over
+a worker whose pipe is full, and the ROUTER routes each reply back by the identity frame
+that the worker returns with it. No Python runs per message, and the device's thread does
+not hold the GIL.
+
+Beside it runs a control thread. Workers announce themselves (id, incarnation, requests
+queued) on a second IPC socket. When a worker id comes back with a new incarnation (Ray
+restarted it), the requests it held are gone: the proxy publishes a loss notice on a PUB
+socket that every client subscribes to, and each client retries or fails its requests
+pending at this proxy, by the service's policy (runtime.aux.client). Deadlines are kept at
+both ends (the worker answers EXPIRED rather than serve late; the client raises AuxTimeout),
+and back-pressure by the workers' bounded per-rank queues (BUSY). While no worker is
+connected the device reads nothing from the ranks: requests wait in their sockets, bounded
+by their deadlines.
 """
 
 from __future__ import annotations
 
-import errno
 import json
+import struct
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,22 +31,23 @@ from typing import Any
 
 import zmq
 
-from runtime.aux.config import OnWorkerLoss
-from runtime.aux.wire import (
-    CONTROL,
-    REQUEST,
-    Status,
-    drain,
-    encode_reply,
-    request_id,
-    send_message,
-    tune,
-)
+from runtime.aux.wire import tune
 from runtime.fleet import ProxySample
 
-MAX_ATTEMPTS = 3  # a request that killed three workers is failed rather than retried again
-SWEEP_INTERVAL_S = 0.05
-POLL_MS = 50  # an idle proxy still sweeps deadlines and reports this often
+POLL_MS = 50  # how often the control thread checks `stop`, the statistics and the report
+STATS_INTERVAL_S = 0.05
+# zmq_proxy_steerable's STATISTICS reply: frames and bytes received and sent, frontend then
+# backend (libzmq's zmq_proxy_steerable(3) manual), each as a native 64-bit integer.
+_STATISTICS = struct.Struct("=Q")
+STAT_NAMES = (
+    "frontend_frames_in", "frontend_bytes_in", "frontend_frames_out", "frontend_bytes_out",
+    "backend_frames_in", "backend_bytes_in", "backend_frames_out", "backend_bytes_out",
+)
+
+
+def control_address(backend: str) -> str:
+    """Where the proxy of `backend` listens for its workers' announcements."""
+    return f"{backend.removesuffix('.sock')}.ctl"
 
 
 def _remove_ipc_file(address: str) -> None:
@@ -46,17 +57,13 @@ def _remove_ipc_file(address: str) -> None:
 
 
 @dataclass(slots=True)
-class _Flight:
-    client: bytes  # the client's routing identity
-    key: tuple[bytes, int]  # (client identity, request id): unique among requests in flight
-    frames: list[Any]
-    deadline: float  # wall clock; 0: none
-    worker: bytes | None = None
-    attempts: int = 0
+class _Known:
+    incarnation: str
+    pending: int
 
 
 class ProxyCore:
-    """The forwarding loop, independent of Ray so that tests can drive it directly."""
+    """The device and its control loop, independent of Ray so that tests can drive it."""
 
     def __init__(
         self,
@@ -64,133 +71,101 @@ class ProxyCore:
         proxy_id: str,
         host: str,
         backend: str,
-        on_worker_loss: OnWorkerLoss,
         report: Callable[[ProxySample], None] | None = None,
         report_interval_s: float = 1.0,
     ) -> None:
-        self.service, self.proxy_id, self.on_worker_loss = service, proxy_id, on_worker_loss
+        self.service, self.proxy_id = service, proxy_id
         self.report, self.report_interval_s = report, report_interval_s
         context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self.frontend = tune(context.socket(zmq.ROUTER))
-        port = self.frontend.bind_to_random_port(f"tcp://{host}")
-        self.address = f"tcp://{host}:{port}"
-        self.backend = tune(context.socket(zmq.ROUTER))
-        self.backend.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a dead worker raises
-        # A restarted worker reuses its identity; it must take over even if the dead one's
-        # connection is not reaped yet (the default refuses the newcomer, losing its hello).
-        self.backend.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self.address = f"tcp://{host}:{self.frontend.bind_to_random_port(f'tcp://{host}')}"
+        self.events = tune(context.socket(zmq.PUB))
+        self.events_address = f"tcp://{host}:{self.events.bind_to_random_port(f'tcp://{host}')}"
+        self.backend = tune(context.socket(zmq.DEALER))
         self.backend.bind(backend)
-        self.backend_address = backend
-        self.workers: dict[bytes, str] = {}  # worker id -> incarnation
-        self.ready: list[bytes] = []
-        self._turn = 0
-        self.in_flight: dict[tuple[bytes, int], _Flight] = {}
-        self.waiting: deque[_Flight] = deque()
+        self.backend_address, self.control_address = backend, control_address(backend)
+        self.announcements = tune(context.socket(zmq.PULL))
+        self.announcements.bind(self.control_address)
+        self._steer, self._device_control = self._steering(context)
+        self.workers: dict[str, _Known] = {}
+        self.stats = dict.fromkeys(STAT_NAMES, 0)
         self.stop = threading.Event()
-        self._next_sweep = self._next_report = 0.0
+        self._next_stats = self._next_report = 0.0
+
+    def _steering(self, context: zmq.Context[Any]) -> tuple[zmq.Socket, zmq.Socket]:
+        """A PAIR for the control thread and its peer that the device listens on."""
+        name = f"inproc://gkr-proxy-{id(self):x}"
+        steer = context.socket(zmq.PAIR)
+        steer.bind(name)
+        device_end = context.socket(zmq.PAIR)
+        device_end.connect(name)
+        return steer, device_end
+
+    @property
+    def ready(self) -> list[str]:
+        """Ids of the workers that have announced themselves."""
+        return list(self.workers)
 
     def run(self) -> None:
-        """Forward until `stop` is set, then close both sockets."""
-        poller = zmq.Poller()
-        poller.register(self.frontend, zmq.POLLIN)
-        poller.register(self.backend, zmq.POLLIN)
+        """Forward until `stop` is set, then stop the device and close every socket."""
+        device = threading.Thread(
+            target=zmq.proxy_steerable,
+            args=(self.frontend, self.backend, None, self._device_control),
+            name=f"proxy-device-{self.service}", daemon=True,
+        )
+        device.start()
         try:
             while not self.stop.is_set():
-                for sock, _ in poller.poll(POLL_MS):
-                    if sock is self.frontend:
-                        self._from_clients()
-                    else:
-                        self._from_workers()
+                if self.announcements.poll(POLL_MS):
+                    self._take_announcements()
                 self._housekeeping()
         finally:
-            self.frontend.close()
-            self.backend.close()
-            _remove_ipc_file(self.backend_address)
+            self._steer.send(b"TERMINATE")
+            device.join()
+            self._close()
 
-    def _from_clients(self) -> None:
-        """Route on the binary prefix alone; the descriptor and arrays pass through unread."""
-        for client, head, *rest in drain(self.frontend, heads=2, ready=True):
-            rid, _, deadline, _ = REQUEST.unpack_from(head)
-            self._dispatch(_Flight(client, (client, rid), [head, *rest], deadline))
+    def _close(self) -> None:
+        for sock in (self.frontend, self.backend, self.events, self.announcements,
+                     self._steer, self._device_control):
+            sock.close()
+        for address in (self.backend_address, self.control_address):
+            _remove_ipc_file(address)
 
-    def _from_workers(self) -> None:
-        for worker, client, *rest in drain(self.backend, heads=3, ready=True):
-            if client == CONTROL:
-                self._control(worker, json.loads(rest[0]))
-                continue
-            self.in_flight.pop((client, request_id(rest[0])), None)
-            send_message(self.frontend, [client, *rest])
+    def _take_announcements(self) -> None:
+        while self.announcements.poll(0):
+            self._announced(json.loads(self.announcements.recv()))
 
-    def _dispatch(self, flight: _Flight) -> None:
-        """Send to the next ready worker; park the request if none is ready."""
-        while self.ready:
-            worker = self.ready[self._turn % len(self.ready)]
-            self._turn += 1
-            try:
-                send_message(self.backend, [worker, flight.client, *flight.frames])
-            except zmq.ZMQError as error:
-                if error.errno != errno.EHOSTUNREACH:
-                    raise
-                self.ready.remove(worker)  # its socket is gone; it returns when it restarts
-                continue
-            flight.worker, flight.attempts = worker, flight.attempts + 1
-            self.in_flight[flight.key] = flight
-            return
-        self.waiting.append(flight)
-
-    def _control(self, worker: bytes, message: dict[str, Any]) -> None:
-        incarnation = message.get("incarnation", "")
-        previous = self.workers.get(worker)
-        self.workers[worker] = incarnation
-        if previous is not None and previous != incarnation:
-            self._worker_lost(worker)
-        if worker not in self.ready:
-            self.ready.append(worker)
-        while self.waiting and self.ready:
-            self._dispatch(self.waiting.popleft())
-
-    def _worker_lost(self, worker: bytes) -> None:
-        """The worker restarted: what it held in flight is retried or failed by policy."""
-        lost = [f for f in self.in_flight.values() if f.worker == worker]
-        for flight in lost:
-            del self.in_flight[flight.key]
-            retry = self.on_worker_loss is OnWorkerLoss.RETRY and flight.attempts < MAX_ATTEMPTS
-            if retry:
-                self._dispatch(flight)
-            else:
-                self._answer(flight, Status.LOST)
-
-    def _answer(self, flight: _Flight, status: int) -> None:
-        send_message(self.frontend, [flight.client, *encode_reply(flight.key[1], status)])
+    def _announced(self, message: dict[str, Any]) -> None:
+        """Remember the worker; a new incarnation of a known one means it died and
+        restarted, so the requests it held are lost: tell the clients."""
+        worker, incarnation = str(message["worker"]), str(message["incarnation"])
+        known = self.workers.get(worker)
+        if known is not None and known.incarnation != incarnation:
+            notice = {"worker": worker, "lost": known.incarnation, "new": incarnation}
+            self.events.send(json.dumps(notice).encode())
+        self.workers[worker] = _Known(incarnation, int(message.get("pending", 0)))
 
     def _housekeeping(self) -> None:
         now = time.monotonic()
-        if now >= self._next_sweep:
-            self._next_sweep = now + SWEEP_INTERVAL_S
-            self._expire(time.time())
+        if now >= self._next_stats:
+            self._next_stats = now + STATS_INTERVAL_S
+            self._steer.send(b"STATISTICS")
+            frames = self._steer.recv_multipart()
+            self.stats = {n: _STATISTICS.unpack(f)[0] for n, f in zip(STAT_NAMES, frames,
+                                                                       strict=True)}
         if now >= self._next_report:
             self._next_report = now + self.report_interval_s
             if self.report is not None:
                 self.report(self._sample())
 
-    def _expire(self, wall: float) -> None:
-        """Answer EXPIRED for requests whose deadline passed while parked or in flight."""
-        expired = [f for f in self.in_flight.values() if f.deadline and f.deadline < wall]
-        for flight in expired:
-            del self.in_flight[flight.key]
-            self._answer(flight, Status.EXPIRED)
-        parked = [f for f in self.waiting if f.deadline and f.deadline < wall]
-        for flight in parked:
-            self.waiting.remove(flight)
-            self._answer(flight, Status.EXPIRED)
-
     def _sample(self) -> ProxySample:
-        return ProxySample(
-            self.service, self.proxy_id, len(self.in_flight), len(self.waiting), len(self.ready)
-        )
+        """Requests held by the workers (their last announcements); none ever wait in the
+        device while a worker is connected."""
+        held = sum(known.pending for known in self.workers.values())
+        return ProxySample(self.service, self.proxy_id, held, 0, len(self.workers))
 
     def start_thread(self) -> threading.Thread:
-        """Run the loop on a daemon thread."""
+        """Run the control loop (which starts the device) on a daemon thread."""
         thread = threading.Thread(target=self.run, name=f"proxy-{self.service}", daemon=True)
         thread.start()
         return thread

@@ -83,6 +83,15 @@ class EncoderService:
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(x @ self.w1) @ self.w2
 
+    def load_weights(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+        """A weight refresh (runtime.aux.refresh): `w1` and `w2`, or either alone."""
+        for name in ("w1", "w2"):
+            if name in tensors and tensors[name].shape != getattr(self, name).shape:
+                raise ValueError(f"refresh {version}: {name} has shape "
+                                 f"{tuple(tensors[name].shape)}, the encoder "
+                                 f"{tuple(getattr(self, name).shape)}")
+        self.w1, self.w2 = tensors.get("w1", self.w1), tensors.get("w2", self.w2)
+
 
 BUILT_IN: dict[str, Callable[..., AuxService]] = {
     "echo": EchoService,

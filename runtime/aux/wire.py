@@ -1,11 +1,12 @@
 """The wire format of the remote-call layer: one head frame, then one frame per large array.
 
-The head frame starts with a fixed binary prefix (`struct`) that every hop can route on
-without parsing anything else: a request's id, rank and deadline, or a reply's id, status
-and timings, and the length of the JSON descriptor that follows. The descriptor holds the
-method, the plain payload values, each array's dtype and shape, or a failure's type and
-message, so that a frame read off the wire still says what it is. Only the endpoints (client
-and worker) parse it; the proxy reads the prefix alone.
+The head frame starts with a fixed binary prefix (`struct`) that the endpoints route on
+without parsing anything else: a request's id, rank and deadline (the worker's fair queues),
+or a reply's id, status and timings (the client), and the length of the JSON descriptor that
+follows. The descriptor holds the method, the plain payload values, each array's dtype and
+shape, or a failure's type and message, so that a frame read off the wire still says what it
+is. Only the endpoints (client and worker) read a message; the proxy, a libzmq device,
+forwards its frames untouched.
 
 Arrays under `INLINE_LIMIT` bytes ride at the end of the head frame: a frame of their own
 costs more than copying them. Larger arrays and tensors travel as their own frames, sent
@@ -27,7 +28,6 @@ import torch
 import zmq
 
 __all__ = [
-    "CONTROL",
     "COPY_THRESHOLD",
     "INLINE_LIMIT",
     "REPLY",
@@ -44,17 +44,17 @@ __all__ = [
     "tune",
 ]
 
-# Frame 0 of a worker-to-proxy message is the client identity; empty marks a control message.
-CONTROL = b""
-
 # Measured by echoing one frame over loopback TCP, copied vs zero-copy both ways: a copy wins
 # at 64 KiB (164 vs 212 us), zero-copy from 256 KiB (309 vs 379 us), as pyzmq then tracks the
 # buffer through its garbage-collector thread. pyzmq's own default threshold is 64 KiB.
 COPY_THRESHOLD = 128 << 10
 INLINE_LIMIT = 8 << 10  # arrays below this many bytes are copied into the head frame
 _ALIGN = 16  # inline arrays start on this boundary, as numpy's and torch's kernels prefer
+_PADS = [bytes(n) for n in range(_ALIGN)]
 
-REQUEST = struct.Struct("<QIdI")  # id, rank, deadline (wall clock; 0: none), descriptor length
+# id, rank, lowest weight version that may serve it (runtime.aux.refresh), deadline (wall
+# clock; 0: none), descriptor length
+REQUEST = struct.Struct("<QIIdI")
 REPLY = struct.Struct("<QBddI")  # id, status, queue wait s, processing s, descriptor length
 _ID = struct.Struct("<Q")  # both prefixes start with the request id
 
@@ -63,6 +63,7 @@ _ID = struct.Struct("<Q")  # both prefixes start with the request id
 DESCRIPTOR_CACHE = 1024
 _TEXTS: dict[tuple[Any, ...], bytes] = {}
 _PARSED: dict[bytes, dict[str, Any]] = {}
+_PLANS: dict[int, tuple[tuple[Any, ...], ...]] = {}  # by id() of a descriptor in _PARSED
 _JSON = json.JSONEncoder(separators=(",", ":"))
 
 
@@ -74,6 +75,7 @@ class Status:
     BUSY = 2  # the rank's queue was full; the client may retry
     LOST = 3  # the worker died with the request in flight
     EXPIRED = 4  # the deadline passed before the request was served
+    STALE = 5  # the worker's weights are older than the request's minimum version; resent
 
 
 # Plain ints: pyzmq's enum arithmetic shows up in profiles of the forwarding loop.
@@ -89,11 +91,13 @@ def tune(sock: zmq.Socket) -> zmq.Socket:
     return sock
 
 
-def recv_message(sock: zmq.Socket, heads: int) -> list[Any]:
+def recv_message(sock: zmq.Socket, heads: int, block: bool = False) -> list[Any]:
     """One message: its first `heads` frames (identities, head) as bytes, the array frames
     after them as zmq.Frames, whose memory numpy maps without a copy. (A Frame knows whether
-    more follow; asking the socket for RCVMORE costs more.)"""
-    frame = sock.recv(_NOBLOCK, copy=False)  # callers know a message waits: never hang here
+    more follow; asking the socket for RCVMORE costs more.) Without `block` the caller knows
+    a message waits; with it, the socket's RCVTIMEO bounds the wait (zmq.Again after it):
+    one blocking call in C is the cheapest way for a thread to sleep until a message comes."""
+    frame = sock.recv(0 if block else _NOBLOCK, copy=False)
     parts: list[bytes | zmq.Frame] = [frame.bytes]
     while frame.more:
         frame = sock.recv(0, copy=False)
@@ -124,15 +128,24 @@ def request_id(head: bytes) -> int:
 
 
 def _as_array(value: Any) -> tuple[np.ndarray, bool] | None:
-    if isinstance(value, torch.Tensor):
-        return np.ascontiguousarray(value.detach().cpu().numpy()), True
-    if isinstance(value, np.ndarray):
-        return np.ascontiguousarray(value), False
-    return None
+    """The C-contiguous array behind a payload value, and whether it was a tensor; None for
+    a plain value. Plain ndarrays are tested first: they are the common case."""
+    if type(value) is np.ndarray:
+        array, is_tensor = value, False
+    elif isinstance(value, torch.Tensor):
+        array, is_tensor = value.detach().cpu().numpy(), True
+    elif isinstance(value, np.ndarray):
+        array, is_tensor = value, False
+    else:
+        return None
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    return array, is_tensor
 
 
 def _split(payload: Mapping[str, Any]) -> tuple[dict[str, Any], tuple, list[Any], list[Any]]:
-    """Plain values, array specs, inline array bytes (padded) and large-array frames."""
+    """Plain values, array specs, inline arrays (each followed by its padding) and
+    large-array frames. bytes.join reads an inline array's buffer directly."""
     meta: dict[str, Any] = {}
     specs: list[tuple[Any, ...]] = []
     inline: list[Any] = []
@@ -143,31 +156,40 @@ def _split(payload: Mapping[str, Any]) -> tuple[dict[str, Any], tuple, list[Any]
             meta[key] = value
             continue
         array, is_tensor = found
-        small = array.nbytes < INLINE_LIMIT
+        nbytes = array.nbytes
+        small = nbytes < INLINE_LIMIT
         specs.append((key, array.dtype.str, array.shape, is_tensor, small))
-        data = array.reshape(-1).view(np.uint8).data
         if small:
-            inline += (data, bytes(-array.nbytes % _ALIGN))
+            inline += (array, _PADS[-nbytes % _ALIGN])
         else:
-            frames.append(data)
+            frames.append(array.reshape(-1).view(np.uint8).data)
     return meta, tuple(specs), inline, frames
 
 
-def _describe(fields: tuple[tuple[str, Any], ...], meta: dict[str, Any], specs: tuple) -> bytes:
-    """The descriptor's JSON. Without plain values it depends only on the method and the
-    arrays' shapes, which repeat call after call, so that text is remembered."""
+def _describe(
+    prefix: struct.Struct, fields: tuple[tuple[str, Any], ...], meta: dict[str, Any],
+    specs: tuple,
+) -> bytes:
+    """The descriptor's JSON, padded with blanks (which JSON allows) so that the first inline
+    array starts aligned. Without plain values it depends only on the method and the arrays'
+    shapes, which repeat call after call, so that text is remembered."""
     if meta or not specs:
         descriptor = dict(fields)
         if meta or specs:
             descriptor["meta"], descriptor["arrays"] = meta, specs
-        return _JSON.encode(descriptor).encode() if descriptor else b""
-    key = (fields, specs)
-    text = _TEXTS.get(key)
-    if text is None:
-        text = _JSON.encode({**dict(fields), "meta": {}, "arrays": specs}).encode()
+        text = _JSON.encode(descriptor).encode() if descriptor else b""
+        return _pad(prefix, text) if specs else text
+    key = (prefix.size, fields, specs)
+    cached = _TEXTS.get(key)
+    if cached is None:
+        cached = _pad(prefix, _JSON.encode({**dict(fields), "meta": {}, "arrays": specs}).encode())
         if len(_TEXTS) < DESCRIPTOR_CACHE:
-            _TEXTS[key] = text
-    return text
+            _TEXTS[key] = cached
+    return cached
+
+
+def _pad(prefix: struct.Struct, text: bytes) -> bytes:
+    return text + b" " * (-(prefix.size + len(text)) % _ALIGN)
 
 
 def _encode(
@@ -175,18 +197,20 @@ def _encode(
     payload: Mapping[str, Any] | None,
 ) -> list[Any]:
     """Head frame plus large-array frames, which share memory with the caller's arrays."""
-    meta, specs, inline, frames = _split(payload) if payload else ({}, (), [], [])
-    text = _describe(fields, meta, specs)
-    if inline:  # JSON allows trailing blanks: they align the first inline array
-        text += b" " * (-(prefix.size + len(text)) % _ALIGN)
+    if not payload:
+        text = _describe(prefix, fields, {}, ())
+        return [prefix.pack(*values, len(text)) + text]
+    meta, specs, inline, frames = _split(payload)
+    text = _describe(prefix, fields, meta, specs)
     return [b"".join((prefix.pack(*values, len(text)), text, *inline)), *frames]
 
 
 def encode_request(
-    rid: int, rank: int, deadline: float, method: str, payload: Mapping[str, Any] | None
+    rid: int, rank: int, deadline: float, method: str, payload: Mapping[str, Any] | None,
+    min_version: int = 0,
 ) -> list[Any]:
     """A request's frames: routing prefix, method and payload description, arrays."""
-    return _encode(REQUEST, (rid, rank, deadline), (("method", method),), payload)
+    return _encode(REQUEST, (rid, rank, min_version, deadline), (("method", method),), payload)
 
 
 def encode_reply(
@@ -201,7 +225,8 @@ def encode_reply(
 def read_descriptor(head: bytes, prefix: struct.Struct) -> tuple[Mapping[str, Any], int]:
     """The JSON descriptor after the binary prefix (empty when there is none) and the offset
     where the inline arrays start. Descriptors without plain values or failures are shared
-    between calls (remembered by their text): read them, never change them."""
+    between calls (remembered by their text, with their decoding plan): read them, never
+    change them."""
     start = prefix.size
     end = start + prefix.unpack_from(head)[-1]
     if end == start:
@@ -213,27 +238,37 @@ def read_descriptor(head: bytes, prefix: struct.Struct) -> tuple[Mapping[str, An
         shared = not descriptor.get("meta") and "error" not in descriptor
         if shared and len(_PARSED) < DESCRIPTOR_CACHE:
             _PARSED[text] = descriptor
+            _PLANS[id(descriptor)] = _plan(descriptor)  # kept alive by _PARSED: ids stay unique
     return descriptor, end
+
+
+def _plan(descriptor: Mapping[str, Any]) -> tuple[tuple[Any, ...], ...]:
+    """Per array: key, dtype, shape, tensor?, inline?, element count, inline bytes padded."""
+    plan = []
+    for key, dtype, shape, is_tensor, small in descriptor.get("arrays", ()):
+        kind, count = np.dtype(dtype), math.prod(shape)
+        span = count * kind.itemsize
+        plan.append((key, kind, tuple(shape), is_tensor, small, count, span + -span % _ALIGN))
+    return tuple(plan)
 
 
 def decode_body(
     descriptor: Mapping[str, Any], offset: int, head: bytes, frames: Sequence[Any]
 ) -> dict[str, Any]:
     """The payload of a decoded descriptor: inline arrays are read-only views of the head,
-    large ones of their received frames."""
-    payload: dict[str, Any] = dict(descriptor.get("meta", {}))
+    large ones of their received frames. Small tensors are copied out of the head: a copy
+    of a few KiB costs less than silencing torch's warning about a read-only buffer."""
+    payload: dict[str, Any] = dict(descriptor.get("meta", ()))
+    plan = _PLANS.get(id(descriptor)) or _plan(descriptor)
     large = iter(frames)
-    for key, dtype, shape, is_tensor, small in descriptor.get("arrays", ()):
-        kind = np.dtype(dtype)
+    for key, kind, shape, is_tensor, small, count, span in plan:
         if small:
-            count = math.prod(shape)
-            array = np.frombuffer(head, kind, count, offset)
-            offset += count * kind.itemsize
-            offset += -offset % _ALIGN
+            array = np.frombuffer(head, kind, count, offset).reshape(shape)
+            offset += span
+            payload[key] = torch.from_numpy(array.copy()) if is_tensor else array
         else:
-            array = np.frombuffer(next(large), kind)
-        array = array.reshape(shape)
-        payload[key] = _tensor(array) if is_tensor else array
+            array = np.frombuffer(next(large), kind).reshape(shape)
+            payload[key] = _tensor(array) if is_tensor else array
     return payload
 
 

@@ -1,37 +1,49 @@
 """An auxiliary worker: a persistent Ray actor serving one service behind its node's proxy.
 
-The worker talks to the proxy over one long-lived IPC socket. Requests go into one bounded
-queue per training rank and are served round-robin (seed §5.2); a full queue answers BUSY at
-once, which is the back-pressure the client sees. Serving and socket I/O share one thread
-because ZeroMQ sockets must not be shared between threads.
+The worker takes requests from the proxy over one long-lived IPC socket. Requests go into one
+bounded queue per training rank and are served round-robin (seed §5.2); a full queue answers
+BUSY at once, which is the back-pressure the client sees. Serving and socket I/O share one
+thread because ZeroMQ sockets must not be shared between threads. A second IPC socket
+announces the worker to the proxy (id, incarnation, requests queued): the proxy learns from
+a new incarnation that a restarted worker lost what it held.
+
+A service whose weights training refreshes (runtime.aux.refresh) gets each new version
+between two requests, so no request sees half of one; a request asking for a newer version
+than the worker has is answered STALE, for the client to send again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
 from runtime.aux.fairqueue import FairQueues
+from runtime.aux.proxy import control_address
+from runtime.aux.refresh import RefreshableService, RefreshError, RefreshPoint, WeightSubscriber
 from runtime.aux.services import AuxService
 from runtime.aux.wire import (
-    CONTROL,
     REQUEST,
     Status,
     decode_body,
     drain,
     encode_reply,
     read_descriptor,
+    recv_message,
     send_message,
     tune,
 )
 from runtime.fleet import WorkerSample
+
+log = logging.getLogger(__name__)
 
 SAMPLE_CAP = 4096  # per report: enough for percentiles, bounded for the monitor
 IDLE_POLL_MS = 50  # how long an idle worker waits before checking `stop` and reporting
@@ -41,6 +53,8 @@ IDLE_POLL_MS = 50  # how long an idle worker waits before checking `stop` and re
 class _Request:
     client: Any
     rid: int
+    rank: int
+    min_version: int
     deadline: float
     head: bytes
     frames: list[Any]
@@ -64,47 +78,84 @@ class WorkerCore:
         queue_size: int,
         report: Callable[[WorkerSample], None] | None = None,
         report_interval_s: float = 1.0,
+        refresh: RefreshPoint | None = None,
     ) -> None:
         self.service_name, self.worker_id, self.address = service_name, worker_id, address
         self.service, self.report, self.report_interval_s = service, report, report_interval_s
         self.incarnation = uuid.uuid4().hex
+        self.version = 0  # of the weights in use; 0: the service's own
+        self.subscriber = self._subscribe(refresh)
         self.queues: FairQueues[_Request] = FairQueues(queue_size)
         self._sample = WorkerSample(service_name, worker_id, self.incarnation, 0, 0, 0)
         self._next_report = 0.0
         self.stop = threading.Event()
 
+    def _subscribe(self, refresh: RefreshPoint | None) -> WeightSubscriber | None:
+        if refresh is None:
+            return None
+        if not isinstance(self.service, RefreshableService):
+            raise RefreshError(f"service {self.service_name!r} has no load_weights method, "
+                               "so its weights cannot be refreshed")
+        return WeightSubscriber(refresh, self.worker_id)
+
     def run(self) -> None:
         """Serve until `stop` is set."""
-        sock = tune(zmq.Context.instance().socket(zmq.DEALER))
-        sock.setsockopt(zmq.IDENTITY, self.worker_id.encode())
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+        sock = tune(context.socket(zmq.DEALER))
+        sock.rcvtimeo = IDLE_POLL_MS  # an idle worker's blocking receive returns this often
         sock.connect(self.address)
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
+        announce = tune(context.socket(zmq.PUSH))
+        announce.connect(control_address(self.address))
         try:
             while not self.stop.is_set():
-                self._tick(sock, poller)
+                self._tick(sock, announce)
         finally:
             sock.close()
+            announce.close()
+            if self.subscriber is not None:
+                self.subscriber.close()
 
-    def _tick(self, sock: zmq.Socket, poller: zmq.Poller) -> None:
-        # With work queued, only take what already arrived (drain does not block); idle, wait.
-        if len(self.queues):
-            self._intake(sock, ready=False)
-        elif poller.poll(IDLE_POLL_MS):
-            self._intake(sock, ready=True)
-        request = self.queues.take()
+    def _tick(self, sock: zmq.Socket, announce: zmq.Socket) -> None:
+        if self.subscriber is not None:
+            self._refresh(self.subscriber)
+        request = self._next(sock)
         if request is not None:
             self._serve(sock, request)
         if time.monotonic() >= self._next_report:
-            self._heartbeat(sock)
+            self._heartbeat(announce)
 
-    def _intake(self, sock: zmq.Socket, ready: bool) -> None:
-        """Move everything that arrived into the per-rank queues; refuse what does not fit."""
-        for client, head, *frames in drain(sock, heads=2, ready=ready):
-            rid, rank, deadline, _ = REQUEST.unpack_from(head)
-            if not self.queues.offer(rank, _Request(client, rid, deadline, head, frames,
-                                                    time.time())):
-                send_message(sock, [client, *encode_reply(rid, Status.BUSY)])
+    def _next(self, sock: zmq.Socket) -> _Request | None:
+        """The request to serve now. Everything that arrived is taken into the bounded fair
+        queues first (drain does not block), so that they choose among all of it and refuse
+        what does not fit. Idle, the worker sleeps in one blocking receive until a request
+        comes or IDLE_POLL_MS pass; a request that then finds nothing else waiting has no one
+        to be fair to, and is served at once."""
+        if not len(self.queues):
+            try:
+                first = self._request(recv_message(sock, heads=2, block=True))
+            except zmq.Again:
+                return None
+            more = list(drain(sock, heads=2))
+            if not more:
+                return first
+            self._admit(sock, first)
+            for message in more:
+                self._admit(sock, self._request(message))
+        else:
+            for message in drain(sock, heads=2):
+                self._admit(sock, self._request(message))
+        return self.queues.take()
+
+    @staticmethod
+    def _request(message: list[Any]) -> _Request:
+        client, head, *frames = message
+        rid, rank, min_version, deadline, _ = REQUEST.unpack_from(head)
+        return _Request(client, rid, rank, min_version, deadline, head, frames, time.time())
+
+    def _admit(self, sock: zmq.Socket, request: _Request) -> None:
+        """Queue one request for its rank, or refuse it when the rank's queue is full."""
+        if not self.queues.offer(request.rank, request):
+            send_message(sock, [request.client, *encode_reply(request.rid, Status.BUSY)])
 
     def _serve(self, sock: zmq.Socket, request: _Request) -> None:
         started = time.time()
@@ -112,9 +163,26 @@ class WorkerCore:
         self._sample.queue_wait_s.append(waited)
         if request.deadline and started > request.deadline:
             reply = encode_reply(request.rid, Status.EXPIRED)
+        elif request.min_version > self.version or (
+            self.subscriber is not None and self.subscriber.floor > self.version
+        ):
+            reply = encode_reply(request.rid, Status.STALE)
         else:
             reply = self._handle(request, started, waited)
         send_message(sock, [request.client, *reply])
+
+    def _refresh(self, subscriber: WeightSubscriber) -> None:
+        """Swap in the newest version received, between two requests."""
+        staged = subscriber.take()
+        if staged is None:
+            return
+        version, tensors = staged
+        try:
+            cast(RefreshableService, self.service).load_weights(tensors, version)
+        except Exception:  # the service refused it: keep serving the version it has
+            log.exception("%s refused weight version %d", self.worker_id, version)
+            return
+        self.version = version
 
     def _handle(self, request: _Request, started: float, waited: float) -> list[Any]:
         """The reply frames; every service error (or unsendable result) goes to the caller.
@@ -137,11 +205,13 @@ class WorkerCore:
             failure = {"error_type": type(error).__name__, "error": f"reply: {error}"}
             return encode_reply(request.rid, Status.ERROR, None, (waited, processed), failure)
 
-    def _heartbeat(self, sock: zmq.Socket) -> None:
+    def _heartbeat(self, announce: zmq.Socket) -> None:
         """Announce this incarnation to the proxy and report metrics to the FleetMonitor."""
         self._next_report = time.monotonic() + self.report_interval_s
-        ready = {"type": "ready", "incarnation": self.incarnation}
-        sock.send_multipart([CONTROL, json.dumps(ready).encode()])
+        ready = {"worker": self.worker_id, "incarnation": self.incarnation,
+                 "pending": len(self.queues)}
+        with contextlib.suppress(zmq.Again):  # a proxy not listening yet hears the next one
+            announce.send(json.dumps(ready).encode(), zmq.NOBLOCK)
         sample, self._sample = self._sample, WorkerSample(
             self.service_name, self.worker_id, self.incarnation, 0, 0, 0
         )

@@ -65,10 +65,14 @@ class Checkpointer:
         replica_group: int = 0,
         process_group: dist.ProcessGroup | None = None,
         hooks: Sequence[CheckpointHook] = (),
+        run: str | None = None,
     ) -> None:
-        self.config, self.hooks = config, list(hooks)
+        """`replica_group`: this rank's group index (only group 0 saves; fault tolerance
+        updates it as the quorum changes). `run`: the run id written into commit markers, so
+        that a restarted worker group finds the checkpoints of its own run."""
+        self.config, self.hooks, self.run = config, list(hooks), run
         self.store = CheckpointStore(config.uri)
-        self.saving = config.enabled and replica_group == 0
+        self.replica_group = replica_group
         # Background writes run collectives; a group of their own keeps them from
         # interleaving with the training step's collectives on the default group.
         self.group = process_group
@@ -79,6 +83,11 @@ class Checkpointer:
         # One stager for the whole run keeps its host buffers between checkpoints, so
         # staging is a copy into warm memory instead of a fresh allocation every time.
         self._stager = DefaultStager(StagingOptions(False, False, False, False))
+
+    @property
+    def saving(self) -> bool:
+        """Whether this rank takes part in saving: the lowest replica group does (seed §7.1)."""
+        return self.config.enabled and self.replica_group == 0
 
     def due(self, step: int) -> bool:
         return self.saving and step % self.config.interval_steps == 0
@@ -133,7 +142,8 @@ class Checkpointer:
         if self.rank != 0:
             return
         world = dist.get_world_size(self.group) if _distributed() else 1
-        self.store.commit(step, {"world_size": world, "hooks": [h.name for h in self.hooks]})
+        info = {"world_size": world, "hooks": [h.name for h in self.hooks], "run": self.run}
+        self.store.commit(step, info)
         self.store.prune(self.config.keep_last)
 
     def check(self) -> None:

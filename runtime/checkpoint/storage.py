@@ -60,6 +60,21 @@ class CheckpointStore:
         committed = [s for s, ok in self.steps().items() if ok]
         return max(committed, default=None)
 
+    def latest_of(self, run: str) -> int | None:
+        """The newest step committed by the run `run` (its marker says so), or None."""
+        for step in sorted((s for s, ok in self.steps().items() if ok), reverse=True):
+            if self.marker(step).get("run") == run:
+                return step
+        return None
+
+    def marker(self, step: int) -> dict[str, Any]:
+        """What the commit marker of `step` records (empty when unreadable)."""
+        try:
+            body = json.loads(self.fs.cat_file(f"{self._path(step)}/{MARKER}"))
+        except (OSError, ValueError):
+            return {}
+        return body if isinstance(body, dict) else {}
+
     def clear(self, step: int) -> None:
         """Remove the leftovers of an earlier, uncommitted attempt at `step`."""
         if self.fs.exists(self._path(step)):

@@ -4,21 +4,29 @@ reports a failed stage as an error and records sampling progress for checkpoints
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 import multiprocessing as mp
 import queue
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+# Imported here so that stage processes, forked from this one, inherit them: numpy loads
+# numpy.random on first use, and each stage importing it on its own cost a resumed pipeline
+# ~60 ms of CPU per stage before its first batch (measured). A forkserver preloads them.
+import numpy.random  # noqa: F401
 
 from runtime.data import stages
 from runtime.data.config import DataConfig
 from runtime.data.schedule import SamplerState
 from runtime.data.shm import SlotRing, unpack
-from runtime.data.sources import build_datasets, dataset_lengths
+from runtime.data.sources import SampleSource, build_datasets, dataset_lengths, load_callable
 from runtime.errors import RuntimeFailure
 
 _POLL_S = 0.2
+SourceFactory = Callable[[], SampleSource]
 _CLOSE_GRACE_S = 2.0
 
 
@@ -29,7 +37,9 @@ class DataPipelineError(RuntimeFailure):
 class _Running:
     """The processes and shared resources of one started pipeline."""
 
-    def __init__(self, config: DataConfig, layout: stages.Layout) -> None:
+    def __init__(
+        self, config: DataConfig, layout: stages.Layout, source: SourceFactory | None
+    ) -> None:
         ctx = mp.get_context(config.start_method)
         parts = -(-config.batch_size // (config.chunk_size or config.batch_size))
         window = config.collators * config.prefetch_batches
@@ -39,7 +49,29 @@ class _Running:
         self.chunk_ring = SlotRing(window * parts, slot_bytes)
         self.batch_ring = SlotRing(window, slot_bytes)
         self.links = self._links(ctx, config, window, parts)
-        self.procs = self._spawn(ctx, config, layout)
+        self.ctx: Any = ctx  # a start method's context (its Process class)
+        self.config = config
+        self.feeder_layout = self._queue_first_window(layout, window)
+        self.procs = self._spawn(ctx, config, source)
+
+    def _queue_first_window(self, layout: stages.Layout, window: int) -> stages.Layout:
+        """Queue the first `window` batches' work here, so that the producers start at once
+        and the feeder is off the first batch's path (`start_feeder` runs once that batch is
+        out); returns where the feeder then starts. A few milliseconds of numpy here."""
+        batches = stages.schedule_batches(self.config, layout)
+        after = layout.start
+        for batch in itertools.islice(batches, window):
+            self.links.credits.acquire()  # free: the semaphore starts at `window`
+            for chunk in stages.chunks(self.config, batch, layout.first_seq):
+                self.links.work.put(chunk)  # fits: the queue holds a window of chunks
+            after = batch.after
+        return dataclasses.replace(layout, start=after, first_seq=layout.first_seq + window)
+
+    def start_feeder(self) -> None:
+        """Start the feeder, which queues the batches after the first window."""
+        if "feeder" not in self.procs:
+            self.procs["feeder"] = self._process("feeder", stages.feeder, self.config,
+                                                 self.feeder_layout)
 
     def _links(self, ctx: Any, config: DataConfig, window: int, parts: int) -> stages.Links:
         free_chunks, free_batches = ctx.Queue(), ctx.Queue()
@@ -60,23 +92,27 @@ class _Running:
             batch_ring=self.batch_ring.attach_args(),
         )
 
-    def _spawn(self, ctx: Any, config: DataConfig, layout: stages.Layout) -> dict[str, Any]:
-        plan: dict[str, tuple[Any, ...]] = {"feeder": (stages.feeder, config, layout)}
+    def _spawn(
+        self, ctx: Any, config: DataConfig, source: SourceFactory | None
+    ) -> dict[str, Any]:
+        if config.start_method == "forkserver":  # no effect once this process's server runs
+            ctx.set_forkserver_preload([stages.__name__, "numpy.random"])
+        plan: dict[str, tuple[Any, ...]] = {}
         for i in range(config.producers):
-            plan[f"producer-{i}"] = (stages.producer, config)
+            plan[f"producer-{i}"] = (stages.producer, config, source)
         for i in range(config.collators):
             plan[f"collator-{i}"] = (stages.collator, config, i)
-        procs = {}
-        for name, (body, *args) in plan.items():
-            proc = ctx.Process(
-                target=stages.run_stage,
-                args=(name, self.links, body, *args),
-                daemon=True,
-                name=f"data-{name}",
-            )
-            proc.start()
-            procs[name] = proc
-        return procs
+        return {name: self._process(name, body, *args) for name, (body, *args) in plan.items()}
+
+    def _process(self, name: str, body: Any, *args: Any) -> Any:
+        proc = self.ctx.Process(
+            target=stages.run_stage,
+            args=(name, self.links, body, *args),
+            daemon=True,
+            name=f"data-{name}",
+        )
+        proc.start()
+        return proc
 
     def failure(self) -> DataPipelineError | None:
         """The first reported or observed stage failure, if any."""
@@ -112,12 +148,23 @@ class _Running:
                 ring.close()
 
 
+def _preload(config: DataConfig) -> None:
+    """Import the transform's and collate function's modules here, where forked stages
+    inherit them, rather than once in every stage (and fail here on a bad name)."""
+    for path, field in ((config.transform, "data.transform"), (config.collate, "data.collate")):
+        if path:
+            load_callable(path, field)
+    if not config.collate:
+        import torch.utils.data  # noqa: F401  (the collators' default_collate)
+
+
 class DataPipeline(Iterator[Any]):
     """This rank's endless, deterministic batch stream (feeder → producers → collators).
 
     Batches are copies owned by the caller. `state_dict()` is the schedule position after
     the last batch returned; a pipeline built from it yields exactly the batches that would
-    have followed, whatever the producer or collator counts.
+    have followed, whatever the producer or collator counts. `source`, when given, builds
+    the producers' sample source in each producer process (runtime.data.aux_producer).
     """
 
     def __init__(
@@ -127,9 +174,12 @@ class DataPipeline(Iterator[Any]):
         rank: int = 0,
         world_size: int = 1,
         state: dict[str, int] | None = None,
+        source: SourceFactory | None = None,
     ) -> None:
         self.config, self.rank, self.world_size = config, rank, world_size
+        self.source = source
         self._lengths = dataset_lengths(build_datasets(config))
+        _preload(config)
         self._state = SamplerState.from_dict(state) if state else SamplerState()
         self._running: _Running | None = None
         self._next_seq = 0
@@ -145,6 +195,8 @@ class DataPipeline(Iterator[Any]):
 
     def __next__(self) -> Any:
         running = self._start()
+        if self._next_seq:  # the first batch is out: the queued window covers the fork
+            running.start_feeder()
         out = running.links.to_trainer[self._next_seq % self.config.collators]
         seq, after, slot, spec = self._wait(running, out)
         if seq != self._next_seq:
@@ -159,7 +211,7 @@ class DataPipeline(Iterator[Any]):
     def _start(self) -> _Running:
         if self._running is None:
             layout = stages.Layout(self.rank, self.world_size, self._lengths, self._state)
-            self._running = _Running(self.config, layout)
+            self._running = _Running(self.config, layout, self.source)
             self._next_seq = 0
             self._finalizer = weakref.finalize(self, self._running.close)
         return self._running

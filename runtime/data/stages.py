@@ -10,7 +10,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import queue
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from runtime.data.config import DataConfig
-from runtime.data.schedule import GlobalSchedule, SamplerState
+from runtime.data.schedule import GlobalSchedule, RankBatch, SamplerState
 from runtime.data.shm import SlotRing, pack, unpack
 from runtime.data.sources import LocalSource, SampleSource, load_callable
 
@@ -66,6 +66,7 @@ class Layout:
     world_size: int
     lengths: list[int]
     start: SamplerState
+    first_seq: int = 0  # the sequence number of the batch at `start`
 
 
 def _check(links: Links) -> None:
@@ -107,8 +108,8 @@ def run_stage(name: str, links: Links, body: Callable[..., None], *args: Any) ->
         raise SystemExit(1) from None
 
 
-def feeder(links: Links, config: DataConfig, layout: Layout) -> None:
-    """Queue the sample indices of this rank's batches, at most `window` batches ahead."""
+def schedule_batches(config: DataConfig, layout: Layout) -> Iterator[RankBatch]:
+    """This rank's batches from `layout.start` on, endlessly."""
     schedule = GlobalSchedule(
         layout.lengths,
         [d.weight for d in config.datasets],
@@ -116,25 +117,38 @@ def feeder(links: Links, config: DataConfig, layout: Layout) -> None:
         shuffle=config.shuffle,
         samples_per_epoch=config.samples_per_epoch,
     )
-    step = config.chunk_size or config.batch_size
-    parts = -(-config.batch_size // step)
-    batches = schedule.rank_batches(
+    return schedule.rank_batches(
         layout.start, world_size=layout.world_size, rank=layout.rank, batch_size=config.batch_size
     )
-    for b in batches:
+
+
+def chunks(config: DataConfig, batch: RankBatch, first_seq: int) -> list[Chunk]:
+    """The producers' work items of one batch."""
+    step = config.chunk_size or config.batch_size
+    parts = -(-config.batch_size // step)
+    cuts = [slice(p * step, (p + 1) * step) for p in range(parts)]
+    return [Chunk(batch.seq + first_seq, p, parts, batch.datasets[cut], batch.indices[cut],
+                  batch.seeds[cut], batch.after) for p, cut in enumerate(cuts)]
+
+
+def feeder(links: Links, config: DataConfig, layout: Layout) -> None:
+    """Queue the sample indices of this rank's batches, at most `window` batches ahead."""
+    for batch in schedule_batches(config, layout):
         acquire(links.credits, links)
-        for p in range(parts):
-            cut = slice(p * step, (p + 1) * step)
-            chunk = Chunk(b.seq, p, parts, b.datasets[cut], b.indices[cut], b.seeds[cut], b.after)
+        for chunk in chunks(config, batch, layout.first_seq):
             put(links.work, chunk, links)
 
 
-def producer(links: Links, config: DataConfig) -> None:
-    """Fetch and transform work items into chunk slots, addressed to the batch's collator."""
+def producer(
+    links: Links, config: DataConfig, make_source: Callable[[], SampleSource] | None = None
+) -> None:
+    """Fetch and transform work items into chunk slots, addressed to the batch's collator.
+    `make_source` builds where the samples come from (runtime.data.aux_producer: an
+    auxiliary loader); None: this rank's own datasets."""
     # Parallelism comes from the producer count; intra-op threads in every producer would
     # oversubscribe the cores (torch's DataLoader workers make the same choice).
     torch.set_num_threads(1)
-    source: SampleSource = LocalSource(config)
+    source: SampleSource = make_source() if make_source is not None else LocalSource(config)
     ring = SlotRing(*links.chunk_ring)
     collators = len(links.to_collators)
     while True:

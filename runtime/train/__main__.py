@@ -6,6 +6,7 @@ import logging
 import sys
 from pathlib import Path
 
+from runtime.crash.launch import Launch
 from runtime.errors import RuntimeFailure
 from runtime.train.compose import load_config
 from runtime.train.driver import run_training
@@ -21,7 +22,8 @@ def main(argv: list[str]) -> int:
     try:
         config = load_config(Path(argv[0]), argv[1:])
         logging.basicConfig(level=config.logging.level)
-        result = run_training(config)
+        launch = Launch(str(Path(argv[0]).absolute()), tuple(argv[1:]))
+        result = run_training(config, launch=launch)
     except RuntimeFailure as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

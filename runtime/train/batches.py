@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from runtime.data.loader import DataPipeline
+from runtime.diloco.config import learner_shard
 from runtime.train.config import TrainConfig
 
 
@@ -78,8 +79,10 @@ class SyntheticBatches:
 
 
 def build_batches(config: TrainConfig, rank: int) -> BatchSource:
-    """This rank's batch stream, positioned at the start (a checkpoint may move it)."""
+    """This rank's batch stream, positioned at the start (a checkpoint may move it); a DiLoCo
+    learner's ranks read their learner's shard (`runtime.diloco.config.learner_shard`)."""
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    rank, world = learner_shard(config.diloco, rank, world)
     if config.data is None:
         return SyntheticBatches(config, rank)
-    world = dist.get_world_size() if dist.is_initialized() else 1
     return PipelineBatches(DataPipeline(config.data, rank=rank, world_size=world))

@@ -1,22 +1,25 @@
 """Checkpointing as the driver and the train loop see it (seed §7.1).
 
 The driver makes local paths absolute (Ray Train workers run in a directory of their own)
-and picks the checkpoint to resume from once, so every rank loads the same one. The loop
-talks to a CheckpointManager: resume at start, save after steps, close at the end; every
-call is a no-op when checkpointing is off. Rank 0 also checkpoints the auxiliary services
-whose implementation keeps state.
+and picks the checkpoint to resume from at start. A worker group that Ray Train restarts
+after a failure (`run.max_failures`) resumes from the newest checkpoint its own run has
+committed since, which its rank 0 looks up and shares, so every rank loads the same one. The
+loop talks to a CheckpointManager: resume at start, save after steps, close at the end;
+every call is a no-op when checkpointing is off. Only the lowest replica group saves, and
+its rank 0 also checkpoints the auxiliary services whose implementation keeps state.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
+import torch.distributed as dist
 from ray.exceptions import RayError
 
 from runtime.aux.coordinator import AuxCoordinator
@@ -70,6 +73,25 @@ def find_resume_point(config: TrainConfig) -> ResumePoint | None:
     return ResumePoint(uri, int(os.path.basename(uri).removeprefix("step-")))
 
 
+def restart_point(
+    config: TrainConfig, run_id: str, picked: ResumePoint | None
+) -> ResumePoint | None:
+    """Where this worker group starts: the newest checkpoint its run committed (it is a
+    restart after a failure), else the driver's pick. Rank 0 decides for the whole group."""
+    section = enabled(config)
+    if section is None:
+        return picked
+    shared: list[ResumePoint | None] = [picked]
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        store = CheckpointStore(section.uri)
+        step = store.latest_of(run_id)
+        if step is not None:
+            shared[0] = ResumePoint(store.step_uri(step), step)
+    if dist.is_initialized():
+        dist.broadcast_object_list(shared, src=0)
+    return shared[0]
+
+
 def committed_steps(config: TrainConfig) -> list[int]:
     """The committed steps under `checkpoint.uri`, oldest first."""
     section = enabled(config)
@@ -86,11 +108,16 @@ class CheckpointManager:
         config: CheckpointConfig | None,
         state: TrainState,
         hooks: Sequence[CheckpointHook] = (),
+        run: str | None = None,
+        replica_group: Callable[[], int] = lambda: 0,
     ) -> None:
+        """`replica_group`: this rank's replica group now (0: the one that saves)."""
         self.checkpointer = (
-            Checkpointer(config, hooks=hooks) if config is not None and config.enabled else None
+            Checkpointer(config, hooks=hooks, run=run, replica_group=replica_group())
+            if config is not None and config.enabled else None
         )
         self.state = {"train": state}
+        self.replica_group = replica_group
 
     def resume(self, point: ResumePoint | None) -> int:
         """Load `point` into the training state (resharded by DCP); the last step done."""
@@ -106,6 +133,7 @@ class CheckpointManager:
         if self.checkpointer is None:
             return False
         self.checkpointer.check()
+        self.checkpointer.replica_group = self.replica_group()
         saved = self.checkpointer.maybe_save(step, self.state)
         if saved and self.checkpointer.rank == 0:
             uri = self.checkpointer.config.uri
@@ -153,6 +181,30 @@ class AuxServiceHook:
             ray.get(calls)
         except RayError as error:
             raise CheckpointError(f"aux service {self.name!r}: {method} failed: {error}") from error
+
+
+class SaveOnly:
+    """An auxiliary service's hook as a torchft replica group holds it: the group saves the
+    service's state, but never restores it. The services outlive any one group, so a
+    replacement group must not roll them back; the driver restores them at the start."""
+
+    def __init__(self, hook: CheckpointHook) -> None:
+        self.hook, self.name = hook, hook.name
+
+    def save(self, step: int, uri: str) -> None:
+        """The service saves its state for `step`."""
+        self.hook.save(step, uri)
+
+    def load(self, step: int, uri: str) -> None:
+        """Nothing: see the class."""
+
+
+def restore_services(hooks: Sequence[CheckpointHook], point: ResumePoint | None) -> None:
+    """The driver's restore of the services' state saved with `point` (torchft runs)."""
+    if point is None:
+        return
+    for hook in hooks:
+        hook.load(point.step, f"{point.uri}/aux/{hook.name}")
 
 
 def aux_hooks(coordinator: AuxCoordinator | None) -> list[AuxServiceHook]:

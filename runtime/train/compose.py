@@ -7,7 +7,8 @@ The selected YAML may list reusable groups from `runtime/configs` in its `defaul
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from runtime.diloco.config import with_deployment
 from runtime.errors import ConfigError
 from runtime.train.config import TrainConfig, build_config
 
@@ -39,9 +41,11 @@ def compose_raw(path: Path, overrides: Sequence[str] = ()) -> dict[Any, Any]:
     return raw
 
 
-def load_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
-    """Compose and validate."""
-    return build_config(compose_raw(path, overrides), source=str(path))
+def load_config(path: Path, overrides: Sequence[str] = (),
+                environ: Mapping[str, str] | None = None) -> TrainConfig:
+    """Compose, add what the deployment says (a DiLoCo learner's settings), validate."""
+    raw = with_deployment(compose_raw(path, overrides), os.environ if environ is None else environ)
+    return build_config(raw, source=str(path))
 
 
 def _first_line(error: Exception) -> str:

@@ -13,7 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from runtime.aux.config import AuxConfig
 from runtime.checkpoint.config import CheckpointConfig
 from runtime.config_errors import config_error
+from runtime.crash.config import CrashConfig
 from runtime.data.config import DataConfig
+from runtime.diloco.config import DilocoConfig
+from runtime.ft.config import FaultToleranceConfig
 from runtime.telemetry.config import TelemetryConfig
 
 
@@ -30,6 +33,10 @@ class RunSection(_Section):
     log_every: int = Field(10, ge=1, description="Steps between progress lines.")
     ray_address: str | None = Field(None, description="Ray cluster to join; None: start one.")
     local_cpus: int = Field(4, ge=1, description="Logical CPUs of a locally started Ray.")
+    max_failures: int = Field(
+        0, ge=-1, description="Times Ray Train restarts a failed worker group from the last "
+                              "committed checkpoint (per replica group with fault_tolerance); "
+                              "-1: no limit.")
 
 
 class ModelSection(_Section):
@@ -92,6 +99,12 @@ class TrainConfig(_Section):
     checkpoint: CheckpointConfig | None = Field(None, description="Checkpointing; None: off.")
     logging: LoggingSection = Field(default_factory=LoggingSection, description="Logging.")
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig, description="Telemetry.")
+    crash: CrashConfig = Field(default_factory=CrashConfig,
+                               description="Crash bundles of a failed run (seed §7.4).")
+    diloco: DilocoConfig = Field(default_factory=DilocoConfig,
+                                 description="This run as a DiLoCo learner (seed §6).")
+    fault_tolerance: FaultToleranceConfig = Field(
+        default_factory=FaultToleranceConfig, description="torchft replica groups (seed §7.2).")
 
     @model_validator(mode="after")
     def _target_service_exists(self) -> TrainConfig:
@@ -99,6 +112,23 @@ class TrainConfig(_Section):
         if target is not None and target not in self.aux.services:
             known = ", ".join(sorted(self.aux.services)) or "none configured"
             raise ValueError(f"model.target_service {target!r} is not in aux.services ({known})")
+        return self
+
+    @model_validator(mode="after")
+    def _replica_groups_fit(self) -> TrainConfig:
+        ft = self.fault_tolerance
+        if not ft.enabled:
+            return self
+        if self.data is None:
+            raise ValueError("fault_tolerance.enabled needs a `data` section: replica groups "
+                             "share out the loader's global sample stream")
+        if self.diloco.enabled:
+            raise ValueError("fault_tolerance.enabled and diloco.enabled exclude each other")
+        smallest = ft.replica_groups * self.layout.multiple
+        cap = self.layout.max_world_size
+        if cap is not None and cap < smallest:
+            raise ValueError(f"layout.max_world_size ({cap}) is below fault_tolerance."
+                             f"replica_groups x tp x pp x cp ({smallest})")
         return self
 
 

@@ -1,11 +1,17 @@
-"""The training driver (seed §5.1-§5.4, §7.1): plan capacity, pick the checkpoint to resume
+"""The training driver (seed §5.1-§5.4, §7): plan capacity, pick the checkpoint to resume
 from, start the FleetMonitor, run the training workers through Ray Train (rank 0 starts the
 auxiliary services) while printing their progress, report, clean up.
+
+Ray Train restarts a failed worker group up to `run.max_failures` times; the group resumes
+from the newest checkpoint the run committed (§7.1). With `fault_tolerance` on, the driver
+hosts the torchft Lighthouse and the services, and runs one Ray Train worker group per
+replica group, so that a failed group is replaced while the others train on (§7.2).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,11 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.train import RunConfig, ScalingConfig
+from ray.train import FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
+from runtime.crash.bundle import bundling
+from runtime.crash.launch import Launch
+from runtime.crash.where import localize_bundles
 from runtime.errors import RuntimeFailure
 from runtime.fleet import FleetReporter, ServiceSummary, start_monitor
+from runtime.ft.host import ReplicaHost
 from runtime.planner import (
     CapacityPlan,
     NodeCapacity,
@@ -37,6 +47,7 @@ from runtime.train.config import TrainConfig
 from runtime.train.loop import LoopContext, train_loop
 from runtime.train.progress import printing, start_progress
 from runtime.train.telemetry import Destination, RunTelemetry, destination
+from runtime.warden.model import ShrinkRequest
 
 Printer = Callable[[str], None]
 # Says that a local Ray enabled token authentication by default: advice, not a problem.
@@ -53,6 +64,8 @@ class TrainResult:
     fleet: dict[str, ServiceSummary]
     resumed: ResumePoint | None = None
     checkpoints: tuple[int, ...] = ()
+    step_times: tuple[tuple[int, float], ...] = ()  # (logged step, when it finished)
+    shrinks: tuple[ShrinkRequest, ...] = ()  # recorded shrink requests (torchft, no Warden)
 
 
 @contextmanager
@@ -98,11 +111,11 @@ def plan_for(config: TrainConfig, nodes: tuple[NodeCapacity, ...]) -> CapacityPl
                       s.min_replicas, s.singleton)
         for name, s in config.aux.services.items()
     )
-    layout = config.layout
+    layout, ft = config.layout, config.fault_tolerance
     training = WorkerRequest(layout.gpus_per_worker, layout.cpus_per_worker)
-    return plan_capacity(
-        PlanInput(nodes, training, services, layout.multiple, layout.max_world_size)
-    )
+    # With torchft the world is replica groups x group size: a multiple of the group count.
+    multiple = layout.multiple * (ft.replica_groups if ft.enabled else 1)
+    return plan_capacity(PlanInput(nodes, training, services, multiple, layout.max_world_size))
 
 
 def print_now(line: str) -> None:
@@ -110,9 +123,11 @@ def print_now(line: str) -> None:
     print(line, flush=True)
 
 
-def run_training(config: TrainConfig, echo: Printer = print_now) -> TrainResult:
-    """Plan, resume or start fresh, start services, train to the last step, report, clean up."""
-    config = localize(config)
+def run_training(config: TrainConfig, echo: Printer = print_now,
+                 launch: Launch | None = None) -> TrainResult:
+    """Plan, resume or start fresh, start services, train to the last step, report, clean up;
+    a failed run leaves a crash bundle (runtime.crash; `launch`: how the run was started)."""
+    config = localize_bundles(localize(config))
     run_id = f"{config.run.name}-{uuid.uuid4().hex[:6]}"
     with ray_session(config):
         plan = plan_for(config, cluster_nodes())
@@ -124,10 +139,13 @@ def run_training(config: TrainConfig, echo: Printer = print_now) -> TrainResult:
         monitor = start_monitor(run_id, stale_after_s=3 * config.aux.report_interval_s + 2)
         progress = start_progress(run_id)
         where = destination(config)
-        with printing(progress, echo), recording(where, run_id, echo):
-            _fit(config, plan, LoopContext(config, plan, run_id, resume, where))
+        with printing(progress, echo), recording(where, run_id, echo), \
+                bundling(config, run_id, echo, launch, where.dsn if where else None):
+            shrinks = _fit(config, plan, LoopContext(config, plan, run_id, resume, where), echo)
         losses, fleet = _outcome(config, monitor, progress)
-    result = TrainResult(run_id, plan, losses, fleet, resume, tuple(committed_steps(config)))
+        times = tuple(ray.get(progress.step_times.remote()))
+    result = TrainResult(run_id, plan, losses, fleet, resume, tuple(committed_steps(config)),
+                         times, tuple(shrinks))
     _echo_checkpoints(config, result, echo)
     return result
 
@@ -183,25 +201,65 @@ def _echo_checkpoints(config: TrainConfig, result: TrainResult, echo: Printer) -
         echo(f"checkpoints: {section.uri}: committed steps {steps}")
 
 
-def _fit(config: TrainConfig, plan: CapacityPlan, context: LoopContext) -> None:
-    layout = config.layout
-    use_gpu = layout.gpus_per_worker > 0
-    backend = layout.backend or ("nccl" if use_gpu else "gloo")
-    trainer = TorchTrainer(
-        train_loop,
-        train_loop_config={"context": context},
-        scaling_config=ScalingConfig(
-            num_workers=plan.world_size, use_gpu=use_gpu,
-            resources_per_worker={"CPU": layout.cpus_per_worker},
-        ),
-        torch_config=TorchConfig(backend=backend),
-        run_config=RunConfig(name=context.run_id),
-    )
+def _fit(
+    config: TrainConfig, plan: CapacityPlan, context: LoopContext, echo: Printer
+) -> list[ShrinkRequest]:
+    """Train; the shrink requests a fault-tolerant run recorded."""
+    if config.fault_tolerance.enabled:
+        return _fit_replica_groups(config, plan, context, echo)
     try:
-        trainer.fit()
+        _trainer(config, context, plan.world_size, context.run_id).fit()
     except Exception as error:  # Ray Train wraps every worker failure
         message = describe_failure(error)
         raise RuntimeFailure(f"training run {context.run_id} failed: {message}") from error
+    return []
+
+
+def _trainer(config: TrainConfig, context: LoopContext, workers: int, name: str) -> TorchTrainer:
+    """One Ray Train worker group, restarted from the last checkpoint on a failure."""
+    layout = config.layout
+    use_gpu = layout.gpus_per_worker > 0
+    backend = layout.backend or ("nccl" if use_gpu else "gloo")
+    return TorchTrainer(
+        train_loop,
+        train_loop_config={"context": context},
+        scaling_config=ScalingConfig(
+            num_workers=workers, use_gpu=use_gpu,
+            resources_per_worker={"CPU": layout.cpus_per_worker},
+        ),
+        torch_config=TorchConfig(backend=backend),
+        run_config=RunConfig(
+            name=name, failure_config=FailureConfig(max_failures=config.run.max_failures)
+        ),
+    )
+
+
+def _fit_replica_groups(
+    config: TrainConfig, plan: CapacityPlan, context: LoopContext, echo: Printer
+) -> list[ShrinkRequest]:
+    """One Ray Train worker group per replica group, side by side: a group's failure
+    restarts only that group (runtime.ft.group says why)."""
+    with ReplicaHost(config, context.run_id, plan, context.resume) as host:
+        echo(host.explain())
+        failures: dict[int, str] = {}
+
+        def fit(group: LoopContext) -> None:
+            assert group.replica is not None
+            name = f"{context.run_id}-group-{group.replica.index}"
+            try:
+                _trainer(config, group, host.group_size, name).fit()
+            except Exception as error:  # this group gave up; the others may go on
+                failures[group.replica.index] = describe_failure(error)
+
+        threads = [threading.Thread(target=fit, args=(group,), name=f"gkr-group-{i}")
+                   for i, group in enumerate(host.contexts(context))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for line in host.finish(failures):
+            echo(line)
+        return host.shrinks()
 
 
 def describe_failure(error: Exception) -> str:

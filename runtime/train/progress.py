@@ -64,7 +64,19 @@ class FleetEvent:
         return "\n".join(f"fleet step {self.step}: {s.line()}" for s in self.summaries.values())
 
 
-Event = StepEvent | CheckpointEvent | FleetEvent
+@dataclass(frozen=True)
+class Notice:
+    """Something a researcher should see that is not a step: a worker group restarted from a
+    checkpoint, a replica group dropped or healed, a shrink request."""
+
+    text: str
+
+    def line(self) -> str:
+        """The notice as it is."""
+        return self.text
+
+
+Event = StepEvent | CheckpointEvent | FleetEvent | Notice
 
 
 class RunProgress:
@@ -84,6 +96,11 @@ class RunProgress:
     def history(self) -> dict[int, float]:
         """The loss of every logged step."""
         return {e.step: e.loss for e in self.events if isinstance(e, StepEvent)}
+
+    def step_times(self) -> list[tuple[int, float]]:
+        """Every logged step with when it finished, in the order recorded (a step that was
+        trained again after a restart appears twice)."""
+        return [(e.step, e.at) for e in self.events if isinstance(e, StepEvent)]
 
     def last_step_at(self) -> float | None:
         """When the last logged step finished (rank 0's clock); None before the first."""
@@ -125,6 +142,10 @@ class ProgressRecorder:
     def checkpoint(self, step: int, background: bool) -> None:
         """A checkpoint was started after `step`."""
         self._record(CheckpointEvent(step, background))
+
+    def notice(self, text: str) -> None:
+        """A line for the researcher (see Notice)."""
+        self._record(Notice(text))
 
     def emit(self, step: int, summaries: Mapping[str, ServiceSummary]) -> None:
         """FleetSink: the summaries taken after `step`."""

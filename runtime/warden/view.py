@@ -1,5 +1,6 @@
-"""Read Warden's state for people: node workflows from Temporal; cordon memory and relaunch
-reservations from node annotations.
+"""Warden's public API: read its state for people (node workflows from Temporal; cordon memory
+and relaunch reservations from node annotations), and ask it to shrink a RayCluster (live
+fault tolerance, seed §7.2).
 
 Listing reads the phase from each workflow's memo, so it needs no worker; the incidents of a
 closed run are its results, and a running one answers the `incident` query.
@@ -15,9 +16,16 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from runtime.kube import NotFound, Unreachable
 from runtime.warden import memory, reservations
 from runtime.warden.cluster import KubeCluster
-from runtime.warden.config import KubernetesSettings
+from runtime.warden.config import KubernetesSettings, TemporalSettings, WardenConfig
 from runtime.warden.interfaces import Cluster
-from runtime.warden.model import NODE_WORKFLOW, Incident, node_workflow_id
+from runtime.warden.model import (
+    NODE_WORKFLOW,
+    Incident,
+    ShrinkOutcome,
+    ShrinkRequest,
+    node_workflow_id,
+)
+from runtime.warden.triggers import request_shrink as start_shrink
 
 MEMORY_KEYS = {
     "recent_cordons": memory.RECENT, "last_cordon": memory.LAST,
@@ -124,6 +132,15 @@ async def node_report(where: Where, node: str) -> list[dict[str, Any]]:
         rows.append({"started": "now", "trigger": "(node annotations)",
                      **node_memory(cluster, node)})
     return rows
+
+
+async def request_shrink(where: Where, request: ShrinkRequest,
+                         task_queue: str = "warden") -> ShrinkOutcome:
+    """Lower a RayCluster worker group for live fault tolerance, and wait for Warden's answer;
+    the same request id is applied once however often it is asked."""
+    settings = TemporalSettings(address=where.address, namespace=where.namespace,
+                                task_queue=task_queue)
+    return await start_shrink(await _connect(where), WardenConfig(temporal=settings), request)
 
 
 async def _connect(where: Where) -> Client:

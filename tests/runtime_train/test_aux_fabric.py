@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,49 +12,8 @@ import pytest
 from runtime.aux.client import AuxClient, Endpoint, ServiceHandle
 from runtime.aux.config import OnWorkerLoss
 from runtime.aux.errors import AuxBusy, AuxTimeout, RemoteError, WorkerLost
-from runtime.aux.proxy import ProxyCore
 from runtime.aux.services import EchoService
-from runtime.aux.worker import WorkerCore
-
-
-class Fabric:
-    """One proxy and its workers on a private IPC path."""
-
-    def __init__(self, tmp: Path, policy: OnWorkerLoss, queue_size: int) -> None:
-        self.backend = f"ipc://{tmp}/proxy.sock"
-        self.proxy = ProxyCore("echo", "p", "127.0.0.1", self.backend, policy)
-        self.queue_size = queue_size
-        self.threads = [self.proxy.start_thread()]
-        self.workers: list[WorkerCore] = []
-
-    def add_worker(self, worker_id: str, service: EchoService | None = None) -> WorkerCore:
-        service = service or EchoService()
-        core = WorkerCore("echo", worker_id, self.backend, service, self.queue_size)
-        self.threads.append(core.start_thread())
-        self.workers.append(core)
-        deadline = time.monotonic() + 60
-        while worker_id.encode() not in self.proxy.ready and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return core
-
-    def client(self, rank: int, timeout_s: float = 30.0, retries: int = 0) -> AuxClient:
-        handle = ServiceHandle("echo", (Endpoint(self.proxy.address, 1),), timeout_s, retries)
-        return AuxClient(handle, rank)
-
-    def close(self) -> None:
-        for core in [self.proxy, *self.workers]:
-            core.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=30)
-
-
-@pytest.fixture
-def fabric(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fabric]:
-    policy, queue_size = getattr(request, "param", (OnWorkerLoss.RETRY, 64))
-    built = Fabric(tmp_path, policy, queue_size)
-    built.add_worker("w0")
-    yield built
-    built.close()
+from tests.runtime_train.fabric import Fabric
 
 
 def test_call_returns_the_payload(fabric: Fabric) -> None:
@@ -114,7 +72,8 @@ def test_full_rank_queue_answers_busy(tmp_path: Path) -> None:
         blocker = client.submit("hold", {})
         assert gate.entered.wait(10)
         queued = [client.submit("echo", {"i": i}) for i in range(3)]
-        while len(built.proxy.in_flight) < 4:  # all three reached the worker's socket
+        # all four passed the device (client identity + head: two frames each)
+        while built.proxy.stats["backend_frames_out"] < 8:
             time.sleep(0.01)
         time.sleep(0.2)
         gate.opened.set()

@@ -13,8 +13,10 @@ from runtime.aux.client import AuxClient
 from runtime.aux.config import AuxConfig, ServiceConfig
 from runtime.aux.coordinator import AuxCoordinator
 from runtime.aux.errors import AuxStartupError
+from runtime.aux.refresh import WeightPublisher
 from runtime.fleet import FleetReporter, ServiceSummary, WorkerSample, start_monitor
 from runtime.planner import NodeCapacity, PlanInput, ServiceDemand, WorkerRequest, plan_capacity
+from tests.runtime_train.versioned import consistent, weights
 
 pytestmark = pytest.mark.slow
 
@@ -65,6 +67,45 @@ def test_killed_worker_restarts_and_requests_in_flight_are_retried(local_ray: No
     finally:
         coordinator.shutdown()
         ray.kill(monitor)
+
+
+def test_refreshes_reach_every_worker_and_a_killed_one_returns_current(
+    local_ray: None,
+) -> None:
+    """Two workers serve while training publishes; one is killed and Ray restarts it. Every
+    reply carries one whole version, none older than what was published before the kill,
+    and the restarted process serves too (it got the newest version first)."""
+    versioned = ServiceConfig(impl="tests.runtime_train.versioned:Versioned",
+                              cpus_per_worker=0.5, min_replicas=2, refresh=True,
+                              request_timeout_s=120, retries=0, max_restarts=2)
+    coordinator = _coordinator("refreshtest", {"versioned": versioned})
+    try:
+        handle = coordinator.start()["versioned"]
+        assert handle.refresh is not None and handle.refresh.backend == "gloo"
+        publisher = WeightPublisher(handle.refresh)
+        deadline = time.monotonic() + 120
+        while len(publisher.workers) < 2:
+            assert time.monotonic() < deadline, "the workers never joined the refresh group"
+            time.sleep(0.1)
+        for version in (1, 2, 3):
+            publisher.publish(weights(version))
+        client = AuxClient(handle, rank=0)
+        assert client.call("read", min_version=3)["version"] == 3
+        victim, survivor = coordinator.actors["versioned"]
+        before = {str(info["pid"]) for info in ray.get([victim.info.remote(),
+                                                        survivor.info.remote()])}
+        ray.kill(victim, no_restart=False)
+        replies: list[dict] = []
+        while not replies or replies[-1]["worker"] in before:  # until the new process serves
+            assert time.monotonic() < deadline + 240, "the restarted worker never served"
+            replies.append(client.call("read"))
+        publisher.publish(weights(4))
+        assert client.call("read", min_version=4)["version"] == 4
+        assert all(consistent(reply) and reply["version"] == 3 for reply in replies)
+        publisher.close()
+        client.close()
+    finally:
+        coordinator.shutdown()
 
 
 def test_failing_startup_check_names_the_service(local_ray: None) -> None:

@@ -36,7 +36,7 @@ def test_round_trip_keeps_arrays_tensors_and_plain_values() -> None:
         "k": 3,
     }
     head, *frames = encode_request(7, 3, 12.5, "echo", payload)
-    assert REQUEST.unpack_from(head)[:3] == (7, 3, 12.5)
+    assert REQUEST.unpack_from(head)[:4] == (7, 3, 0, 12.5)  # id, rank, min version, deadline
     descriptor, offset = read_descriptor(head, REQUEST)
     assert descriptor["method"] == "echo"
     assert frames == []  # every array here is small enough to ride in the head

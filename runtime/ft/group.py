@@ -1,0 +1,383 @@
+"""A torchft replica group as the ranks of one Ray Train worker group see it (seed §7.2).
+
+Why one Ray Train worker group per replica group: when one worker of a group dies, Ray Train
+tears the whole worker group down and, within `run.max_failures`, starts it again. That is
+what a replica group that lost a shard needs (it has lost part of its state), and it must
+stay within the group: so the driver runs one TorchTrainer per replica group side by side
+(runtime.ft.host), and killing one group restarts only that group. The restarted group is
+the replacement; it heals from a live peer through torchft's checkpoint transport, not from
+storage. The group's own liveness watchdog (runtime.ft.watchdog) takes it out of the quorum
+at once when a shard dies, before Ray Train has noticed.
+
+Inside a group, Ray Train's torch.distributed process group averages gradients over the
+group's ranks (where a real model would use FSDP); across groups torchft does: rank 0 of the
+group runs the Manager server that heartbeats to the driver's Lighthouse, torchft's DDP
+all-reduces gradients over a gloo (NCCL on GPUs) process group re-formed at every quorum, and
+torchft's optimizer wrapper applies a step only when every rank of the group votes to commit
+it, so a step is committed by the groups that finished it together or by none of them.
+
+Rank 0 of every group also watches the quorum: the lowest-index group's acts on a dropped
+group (runtime.ft.shrink). Below `min_replica_groups` no quorum forms; after
+`quorum_timeout_s` the group records why on the run's Board and ends, and the driver stops
+the run with that message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any, cast
+
+import ray
+import ray.train
+import ray.train.torch
+import torch
+import torch.distributed as dist
+from torch import nn
+from torchft.ddp import DistributedDataParallel
+from torchft.manager import Manager
+from torchft.optim import OptimizerWrapper
+from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
+
+from runtime.errors import RuntimeFailure
+from runtime.ft.batches import QuorumBatches, SampleLedger
+from runtime.ft.config import FaultToleranceConfig
+from runtime.ft.shrink import Drop, ShrinkTarget, board_name, shrink_request, shrink_target
+from runtime.ft.watchdog import Watchdog
+from runtime.identity import Identity
+from runtime.train.batches import BatchSource
+from runtime.train.config import TrainConfig
+from runtime.train.progress import Notice, progress_name
+
+log = logging.getLogger(__name__)
+SHRINK_WAIT_S = 60.0  # at the end, how long a shrink request in flight may still take
+
+
+class QuorumLost(RuntimeFailure):
+    """No quorum of the minimum number of replica groups formed in time: the run stops."""
+
+
+class RunOver(Exception):
+    """The run finished or stopped while this group was away: a late replacement must not
+    train it again from its own (fresh) state."""
+
+
+class Quorum:
+    """Which replica groups the current quorum holds, as torchft configures the process group."""
+
+    def __init__(self) -> None:
+        self.id, self.members = -1, frozenset[int]()
+
+    def note(self, quorum_id: int | None, ranks: list[int] | None, group_rank: int | None,
+             group_size: int | None) -> None:
+        """torchft numbers a member's ranks `group index x group size + group rank`."""
+        if quorum_id is None or ranks is None or group_size is None:
+            return
+        self.id = quorum_id
+        self.members = frozenset((r - (group_rank or 0)) // group_size for r in ranks)
+
+
+def _quorum_group(base: type, quorum: Quorum, timeout: timedelta) -> Any:
+    """torchft's reconfigurable process group of `base`, telling `quorum` each membership."""
+
+    class Tracked(base):
+        def configure(self, store_addr: str, replica_id: str, rank: int, world_size: int,
+                      quorum_id: int | None = None, group_rank: int | None = None,
+                      group_world_size: int | None = None,
+                      global_ranks: list[int] | None = None) -> None:
+            quorum.note(quorum_id, global_ranks, group_rank, group_world_size)
+            super().configure(store_addr, replica_id, rank, world_size, quorum_id, group_rank,
+                              group_world_size, global_ranks)
+
+    return Tracked(timeout=timeout)
+
+
+class GroupDDP(DistributedDataParallel):
+    """torchft's DDP, whose communication hook finds the group's Manager when it runs (the
+    Manager starts after the model is built) and survives a failed all-reduce.
+
+    torchft 0.2.0's hook asserts on the managed future of a failed all-reduce (a peer group
+    died mid-step: gloo reports "Connection reset by peer"), which kills the survivors too.
+    Here the Manager records the failure, the gradients are left as they are, and the
+    commit vote discards the step, as torchft intends (torchft/manager.py, `allreduce`)."""
+
+    @staticmethod
+    def _comm_hook(group, bucket):
+        # Unannotated on purpose: DDP checks a hook's annotations against the classes
+        # themselves, and postponed annotations are strings. `group`: the ReplicaGroup.
+        grads = bucket.buffer()
+        group.manager.allreduce(grads).wait()  # averaged in place; on failure it is recorded
+        done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        done.set_result(grads)
+        return done
+
+
+class GroupOptimizer(OptimizerWrapper):
+    """torchft's optimizer wrapper (quorum at zero_grad, commit vote at step), which first
+    averages gradients over the group's own ranks and turns a failed quorum into QuorumLost."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, on_quorum: Callable[[], None]) -> None:
+        super().__init__(None, optimizer)  # the group gives it the Manager once it starts
+        self.on_quorum, self.started_at = on_quorum, 0
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Form this step's quorum (healing from a peer when behind), then clear gradients."""
+        try:
+            super().zero_grad(set_to_none)
+        except Exception as error:  # torchft raises what its quorum RPC raised
+            raise QuorumLost(str(error).splitlines()[0] if str(error) else repr(error)) from error
+        self.started_at = self.manager.current_step()
+        self.on_quorum()
+
+    def step(self, closure: object = None) -> None:
+        """Average over the group, then apply the step if every rank of the group commits."""
+        _average_within_group(self.optim)
+        super().step(closure)
+
+
+def _average_within_group(optimizer: torch.optim.Optimizer) -> None:
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    grads = [p.grad for group in optimizer.param_groups for p in group["params"]
+             if p.grad is not None]
+    if world == 1 or not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for grad in grads:
+        grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+        offset += grad.numel()
+
+
+class Controller:
+    """Rank 0 of a group: notices quorum changes; the lowest-index group asks for shrinks."""
+
+    def __init__(self, index: int, run_id: str, config: FaultToleranceConfig,
+                 target: ShrinkTarget) -> None:
+        self.index, self.run_id, self.config, self.target = index, run_id, config, target
+        self.board = ray.get_actor(board_name(run_id))
+        self.progress = ray.get_actor(progress_name(run_id))
+        self.seen, self.previous = -1, frozenset[int]()
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="gkr-shrink")
+        self.pending: list[Future[None]] = []
+
+    def observe(self, quorum: Quorum, step: int) -> None:
+        """After each quorum: act on the groups it lost since the last one this rank saw."""
+        if quorum.id == self.seen:
+            return
+        self.seen, previous, self.previous = quorum.id, self.previous, quorum.members
+        for group in dropped_groups(previous, quorum.members, self.index):
+            drop = Drop(group, quorum.id, step)
+            self.pending.append(self.pool.submit(self._shrink, drop, quorum.members))
+
+    def _shrink(self, drop: Drop, left: frozenset[int]) -> None:
+        """Ask once (training does not wait); say what happened either way."""
+        pods = cast(dict[int, set[str]], ray.get(self.board.pods_by_group.remote()))
+        request = shrink_request(self.run_id, drop, pods, self.config, Identity.from_env())
+        self.notify(f"replica group {drop.group} dropped at step {drop.step}; training goes on "
+                    f"with groups {_names(left)}; asking Warden to shrink "
+                    f"{request.cluster} by {request.remove} pod(s)")
+        try:
+            outcome = self.target.request(request)
+        except Exception as error:  # Warden unreachable: training goes on regardless
+            self.notify(f"shrink request {request.request_id} failed: {error}")
+            return
+        log.info("shrink request %s: %s", request.request_id, outcome)
+
+    def notify(self, text: str) -> None:
+        """A line in the driver's output."""
+        self.progress.record.remote(Notice(text))
+
+    def close(self) -> None:
+        """Let a request in flight finish (it is quick), then stop."""
+        for future in self.pending:
+            future.result(timeout=SHRINK_WAIT_S)
+        self.pool.shutdown(wait=False)
+
+
+def dropped_groups(previous: frozenset[int], current: frozenset[int], me: int) -> list[int]:
+    """The groups to shrink away after a quorum change, as group `me` sees it: those the
+    quorum lost, when `me` is the lowest-index group left (the controller); else none. A
+    rank's first quorum (`previous` empty) has lost nothing."""
+    if not current or me != min(current):
+        return []
+    return sorted(previous - current)
+
+
+def _names(groups: frozenset[int]) -> str:
+    return ", ".join(str(g) for g in sorted(groups)) or "none"
+
+
+class ReplicaGroup:
+    """One rank of a torchft replica group (a Replica for the training loop)."""
+
+    def __init__(self, config: TrainConfig, run_id: str, index: int, lighthouse: str) -> None:
+        """Group `index` of run `run_id`; `lighthouse`: the driver's, http://host:port."""
+        train = ray.train.get_context()
+        self.config, self.ft, self.run_id = config, config.fault_tolerance, run_id
+        self.index, self.rank = index, train.get_world_rank()
+        self.size = train.get_world_size()
+        self.quorum, self.healed, self.seen = Quorum(), False, -1
+        self.board = ray.get_actor(board_name(run_id))
+        self.board.register.remote(self.index, self.rank, Identity.from_env().pod)
+        store, address = _group_store(self.rank)
+        self.store: Any = store  # rank 0 serves it; kept alive as long as the group
+        self.address: tuple[str, int] = address
+        self.watchdog: Watchdog = Watchdog(address, self.index, self.rank, self.size,
+                                           self.ft.watchdog_timeout_s)
+        self.lighthouse: str = lighthouse
+        self.controller: Controller | None = self._controller() if self.rank == 0 else None
+        self.stepper: GroupOptimizer | None = None
+        self.loader: QuorumBatches | None = None
+        # Started by `resume`, right before the first quorum: once its Manager heartbeats,
+        # the other groups wait for this one to join, so loading state comes first.
+        self.started: Manager | None = None
+
+    @property
+    def manager(self) -> Manager:
+        """The group's torchft Manager (running from `resume` on)."""
+        if self.started is None:
+            raise RuntimeFailure(f"replica group {self.index}: torchft is not started yet")
+        return self.started
+
+    def _manager(self) -> Manager:
+        store, timeout = self.address, timedelta(seconds=self.ft.timeout_s)
+        gpu = torch.cuda.is_available() and self.config.layout.gpus_per_worker > 0
+        pg = _quorum_group(ProcessGroupNCCL if gpu else ProcessGroupGloo, self.quorum, timeout)
+        host = ray.util.get_node_ip_address()
+        return Manager(
+            pg=pg, load_state_dict=None, state_dict=None,
+            min_replica_size=self.ft.min_replica_groups, use_async_quorum=False,
+            timeout=timeout, quorum_timeout=timedelta(seconds=self.ft.quorum_timeout_s),
+            connect_timeout=timeout, rank=self.rank, world_size=self.size,
+            store_addr=store[0], store_port=store[1], lighthouse_addr=self.lighthouse,
+            # torchft numbers groups by the trailing digits of the replica id.
+            replica_id=f"{self.run_id}-group-{self.index}", hostname=host,
+            # Every group starts from the same seed or checkpoint: no step-0 weight sync.
+            init_sync=False,
+        )
+
+    def _controller(self) -> Controller:
+        return Controller(self.index, self.run_id, self.ft, shrink_target(self.ft, self.board))
+
+    def model(self, module: nn.Module) -> nn.Module:
+        """torchft's DDP: gradients are averaged across the groups of the quorum."""
+        return GroupDDP(self, module.to(ray.train.torch.get_device()))
+
+    def optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """The group optimizer (torchft's wrapper): the loop steps it."""
+        self.stepper = GroupOptimizer(optimizer, self._after_quorum)
+        return self.stepper
+
+    def batches(self, config: TrainConfig, rank: int) -> BatchSource:
+        """This rank's slot of the global stream, as the quorum places it."""
+        assert config.data is not None  # the config validator requires it with fault tolerance
+        folder = self.ft.sample_ledger
+        ledger = SampleLedger(folder, self.index, self.rank) if folder else None
+        self.loader = QuorumBatches(config.data, self._layout, ledger)
+        return self.loader
+
+    def _layout(self) -> tuple[int, int]:
+        replica = self.manager.participating_rank()
+        if replica is None:
+            raise RuntimeFailure(f"replica group {self.index} is not in the quorum")
+        return replica * self.size + self.rank, self.manager.num_participants() * self.size
+
+    def resume(self, state: Any, done: int) -> int:
+        """Start torchft at the resumed step, and let it heal the group from a peer: torchft
+        sends `state` to a group behind, and loads a peer's into it."""
+        manager = self.started = self._manager()
+        manager.load_state_dict({"step": done, "batches_committed": 0})
+        manager.register_state_dict_fn("train", self._healing(state), state.state_dict)
+        if self.stepper is not None:
+            self.stepper.manager = manager
+        return done
+
+    def _healing(self, state: Any) -> Callable[[Any], None]:
+        def load(received: Any) -> None:
+            state.load_state_dict(received)
+            self.healed = True
+
+        return load
+
+    def _after_quorum(self) -> None:
+        if self.quorum.id != self.seen:  # a new quorum: maybe the others finished and left
+            self.seen = self.quorum.id
+            if ray.get(self.board.over.remote()):
+                raise RunOver
+        step = self.manager.current_step()
+        if self.healed and self.controller is not None:
+            self.controller.notify(f"replica group {self.index} healed from a live peer at "
+                                   f"step {step}")
+        self.healed = False
+        if self.controller is not None:
+            self.controller.observe(self.quorum, step)
+
+    def steps(self, done: int, total: int) -> Iterator[int]:
+        """Attempts until torchft has committed `total` steps (a heal may skip ahead)."""
+        while self.manager.current_step() < total:
+            yield self.manager.current_step() + 1
+        ray.get(self.board.finish.remote())
+
+    def committed(self, attempt: int) -> int | None:
+        """The step the attempt committed (torchft counts it), or None: then its samples go
+        back to the stream."""
+        assert self.stepper is not None and self.loader is not None
+        step = self.manager.current_step()
+        if step == self.stepper.started_at:
+            self.loader.discard()
+            return None
+        self.loader.commit(step)
+        return int(step)
+
+    def leads(self) -> bool:
+        """Rank 0 of the lowest-index group in the quorum speaks for the run."""
+        return self.rank == 0 and self.replica_group() == 0
+
+    def replica_group(self) -> int:
+        """0 while this group is the lowest in the quorum (it saves checkpoints), else 1."""
+        in_quorum = self.started is not None and self.started.participating_rank() == 0
+        return 0 if in_quorum else 1
+
+    def __enter__(self) -> ReplicaGroup:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: object) -> bool:
+        """Shut torchft down; a lost quorum ends this group cleanly, with its reason kept
+        for the driver (the other groups' restarts must not bring the run back)."""
+        try:
+            if self.controller is not None:
+                self.controller.close()
+        finally:
+            if self.started is not None:
+                self.started.shutdown(wait=False)
+            self.watchdog.close()
+        if isinstance(error, RunOver):
+            return True
+        if not isinstance(error, QuorumLost):
+            return False
+        reason = (f"replica group {self.index}: no quorum of fault_tolerance."
+                  f"min_replica_groups={self.ft.min_replica_groups} groups within "
+                  f"{self.ft.quorum_timeout_s:g}s after step {self.manager.current_step()} "
+                  f"(the last quorum had groups {_names(self.quorum.members)}): {error}")
+        ray.get(self.board.stop.remote(reason))
+        return True
+
+
+def _group_store(rank: int) -> tuple[Any, tuple[str, int]]:
+    """The group's TCPStore (torchft's Manager finds its server through it), served by rank
+    0 on a free port and shared with the group's ranks."""
+    store = None
+    shared: list[tuple[str, int] | None] = [None]
+    if rank == 0:
+        store = dist.TCPStore(ray.util.get_node_ip_address(), 0, is_master=True,
+                              wait_for_workers=False)
+        shared[0] = (ray.util.get_node_ip_address(), store.port)
+    if dist.is_initialized():
+        dist.broadcast_object_list(shared, src=0)
+    assert shared[0] is not None
+    return store, shared[0]

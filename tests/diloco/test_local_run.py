@@ -1,0 +1,37 @@
+"""`gkr run --local --diloco 2`: two learners, each a training run on its own local Ray (gloo,
+an auxiliary teacher over ZeroMQ, checkpoints), and the synchroniser, all on loopback."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime.checkpoint.storage import CheckpointStore
+
+ROOT = Path(__file__).resolve().parents[2]
+GKR = [sys.executable, "-c", "from generator.cli import main; main()"]
+
+
+@pytest.mark.slow
+def test_a_local_diloco_experiment_trains_both_learners_through_the_synchroniser(
+        tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*GKR, "run", "--local", "--diloco", "2", "examples/train/tiny.yaml", "run.name=dl-test",
+         "run.steps=40", "layout.max_world_size=1", "diloco.inner_steps=10",
+         f"checkpoint.uri={tmp_path}/checkpoints", f"telemetry.dsn=chdb://{tmp_path}/telemetry"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert "running examples/train/tiny.yaml locally as a DiLoCo experiment" in out
+    for round_ in range(1, 5):
+        assert f"round {round_}: merged 2 learners (learner-0, learner-1)" in out
+    for learner in ("learner-0", "learner-1"):
+        assert re.search(rf"^\[{learner}\] step 40/40  loss \d\.\d{{5}}", out, re.MULTILINE)
+        learner_checkpoints = CheckpointStore(f"{tmp_path}/checkpoints/learners/{learner}")
+        assert learner_checkpoints.latest() == 40  # each learner keeps its own checkpoints
+    assert CheckpointStore(f"{tmp_path}/checkpoints/synchroniser").latest() == 4
+    assert "DiLoCo experiment dl-test finished: 2 learners" in out
