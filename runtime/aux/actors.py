@@ -6,6 +6,7 @@ unchanged, and it is what types `handle.method.remote(...)` for mypy.
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
@@ -48,6 +49,9 @@ class AuxWorkerActor:
             report_interval_s=report_interval_s,
             refresh=refresh,
         )
+        # What start-up built (Ray, torch, the service) lives as long as the process: out of
+        # the collector's sight, a full collection no longer walks it between two requests.
+        gc.freeze()
         self.thread = self.core.start_thread()
 
     @ray.method

@@ -63,6 +63,7 @@ SERVED: dict[tuple[str, str], Resource] = {
     ("", "namespaces"): Resource("Namespace", namespaced=False, short_names=("ns",)),
     ("", "serviceaccounts"): Resource("ServiceAccount", status=False, short_names=("sa",)),
     ("", "configmaps"): Resource("ConfigMap", status=False, short_names=("cm",)),
+    ("", "services"): Resource("Service", short_names=("svc",), categories=ALL),
     ("apps", "deployments"): Resource("Deployment", short_names=("deploy",), categories=ALL),
     ("apps", "daemonsets"): Resource("DaemonSet", short_names=("ds",), categories=ALL),
     ("batch", "jobs"): Resource("Job", categories=ALL),
@@ -92,6 +93,8 @@ SERVED: dict[tuple[str, str], Resource] = {
     ("kueue.x-k8s.io", "workloadpriorityclasses"): Resource(
         "WorkloadPriorityClass", namespaced=False, status=False, builtin=False,
         versions=KUEUE, short_names=("wpc",)),
+    ("clickhouse.altinity.com", "clickhouseinstallations"): Resource(
+        "ClickHouseInstallation", builtin=False, short_names=("chi",)),
     # Argo CD's Application has no status subresource: its controller writes the object.
     ("argoproj.io", "applications"): Resource("Application", status=False, builtin=False,
                                               versions=("v1alpha1",),

@@ -97,7 +97,7 @@ def test_one_node_leaves_the_affinity_alone(tmp_path: Path) -> None:
     assert choose_affinity(0, ALL, {"CUDA_VISIBLE_DEVICES": "0"}, tmp_path).cpus is None
 
 
-def _pin_in_child(sysfs: str, cpu: int, out: multiprocessing.Queue) -> None:
+def _pin_in_child(sysfs: str, out: multiprocessing.Queue) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = "0"
     pin_to_numa_node(0, Path(sysfs))
     out.put(sorted(os.sched_getaffinity(0)))
@@ -114,7 +114,7 @@ def test_pinning_applies_the_chosen_cpus_in_the_process(tmp_path: Path) -> None:
     _pci(tmp_path, "0000:3b:00.0", "0x10de", "0x030200", 1)
     forks = multiprocessing.get_context("fork")
     out = forks.Queue()
-    child = forks.Process(target=_pin_in_child, args=(str(tmp_path), allowed[0], out))
+    child = forks.Process(target=_pin_in_child, args=(str(tmp_path), out))
     child.start()
     child.join(60)
     assert out.get(timeout=5) == [allowed[0]]

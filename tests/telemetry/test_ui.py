@@ -45,8 +45,11 @@ ROOT = Path(__file__).resolve().parents[2]
 GKR = str(Path(sys.executable).parent / "gkr")  # the console script, as a user runs it
 # An hour ago, on a 5-minute boundary (so windows align): recent, since the tables' TTLs drop
 # old rows (collectives after 30 days) as they are written.
+# The child process that fills the store imports this module again: it gets the parent's T0.
+_T0_ENV = "GKR_TEST_UI_T0"
 _HOUR_AGO = datetime.now(UTC) - timedelta(hours=1)
-T0 = _HOUR_AGO.replace(minute=_HOUR_AGO.minute // 5 * 5, second=0, microsecond=0)
+T0 = (datetime.fromisoformat(os.environ[_T0_ENV]) if _T0_ENV in os.environ else
+      _HOUR_AGO.replace(minute=_HOUR_AGO.minute // 5 * 5, second=0, microsecond=0))
 RUN = "synthetic-run"
 STRAGGLER = 2  # the rank that arrives late at every all-reduce
 RANKS = 4
@@ -141,7 +144,8 @@ def fill_store(dsn: str) -> None:
     (chDB serves one folder a process; an in-process Warden worker's event log keeps the
     session's store open)."""
     code = f"from tests.telemetry.test_ui import write_store\nwrite_store({dsn!r})"
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=300)
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=300,
+                   env={**os.environ, _T0_ENV: T0.isoformat()})
 
 
 def write_store(dsn: str) -> None:
