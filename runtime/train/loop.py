@@ -44,7 +44,7 @@ from runtime.train.config import TrainConfig
 from runtime.train.model import build_model
 from runtime.train.numa import pin_to_numa_node
 from runtime.train.progress import ProgressRecorder
-from runtime.train.telemetry import Destination, RankTelemetry
+from runtime.train.telemetry import Destination, RankTelemetry, route_inspector_dumps
 
 log = logging.getLogger(__name__)
 StepHook = Callable[[int], None]
@@ -126,6 +126,8 @@ def _run_rank(loop_config: dict[str, Any]) -> None:
     rank = train_context.get_world_rank()
     if config.layout.numa_affinity:
         pin_to_numa_node(train_context.get_local_rank())  # logs the node it chose, and why
+    if context.telemetry is not None:
+        route_inspector_dumps(context.run_id)  # before the rank's first NCCL collective
     coordinator, services = _start_services(context, rank)
     try:
         with replica_for(config, context.run_id, context.replica) as replica:
