@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))  # the synthetic samples live with the tests that 
 
 from runtime.identity import Identity  # noqa: E402
 from runtime.telemetry import stragglers  # noqa: E402
-from runtime.telemetry.store import Store  # noqa: E402
+from runtime.telemetry.store import Store, sql_file  # noqa: E402
 from runtime.telemetry.writer import TelemetryWriter  # noqa: E402
 from tests.telemetry.synthetic import (  # noqa: E402
     DEFAULT_GROUPS,
@@ -191,8 +191,8 @@ def straggler_figures(dsn: str, run: Run, repeat: int) -> None:
 
 def _on_samples(store: Store, run: str) -> None:
     parameters = {"run": run, "window_s": 30, "source": stragglers.SAMPLES}
-    store.query(stragglers.sql("straggler_windows.sql"), parameters)
-    store.query(stragglers.sql("straggler_ranks.sql"), parameters)
+    store.query(sql_file("straggler_windows.sql"), parameters)
+    store.query(sql_file("straggler_ranks.sql"), parameters)
 
 
 def _pandas(store: Store, run: str) -> int:
@@ -253,10 +253,10 @@ def page_figures(dsn: str, run: Run, steps: int, repeat: int) -> None:
             "runs list (ui_runs.sql)": lambda: data.runs(store),
             "whole run page (data.run_page)": lambda: data.run_page(store, run.run),
             "  loss/throughput curves (ui_steps)": lambda: store.query(
-                stragglers.sql("ui_steps.sql"), {"run": run.run, "bucket": max(
+                sql_file("ui_steps.sql"), {"run": run.run, "bucket": max(
                     1, -(-steps // data.MAX_POINTS))}),
             "  pods and nodes (ui_placement)": lambda: store.query(
-                stragglers.sql("ui_placement.sql"), {"run": run.run}),
+                sql_file("ui_placement.sql"), {"run": run.run}),
             "  run summary (ui_runs, one run)": lambda: data.summary(store, run.run),
             "heatmap + stragglers (straggler_view)": lambda: data.straggler_view(
                 store, run.run, 30),

@@ -7,8 +7,9 @@ that the agent reads the store as it is, through credentials that can only read.
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import Any
+
+from runtime.telemetry.store import sql_file
 
 # name -> what it answers; the files are sql/<name>.sql.
 QUERIES = {
@@ -23,7 +24,7 @@ QUERIES = {
 
 def sql(name: str) -> str:
     """The text of one query under `sql/`."""
-    return (resources.files("runtime.crash") / "sql" / f"{name}.sql").read_text(encoding="utf-8")
+    return sql_file(f"{name}.sql", "runtime.crash")
 
 
 def listed(run_id: str) -> list[dict[str, Any]]:

@@ -20,8 +20,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from runtime.identity import Env, Identity, Label
-from runtime.telemetry.store import Store, embedded
-from runtime.telemetry.writer import Row, TelemetryWriter, utc_now
+from runtime.telemetry.writer import Row, StoreSink, TelemetryWriter, utc_now
 
 if TYPE_CHECKING:
     from runtime.kube import Kube
@@ -128,7 +127,7 @@ class StoreEvents(LogEvents):
 
     def __init__(self, dsn: str, identity: Identity | None = None) -> None:
         who = identity or Identity.from_env(role=WARDEN)
-        self.writer = TelemetryWriter(_LazyStore(dsn), who)
+        self.writer = TelemetryWriter(StoreSink(dsn), who)
 
     def record(self, node: str, action: str, reason: str, message: str) -> None:
         """Log the action and queue its row."""
@@ -145,30 +144,6 @@ def event_log(environ: Mapping[str, str] | None = None) -> LogEvents:
     env = os.environ if environ is None else environ
     dsn = env.get(Env.TELEMETRY_DSN)
     return StoreEvents(dsn, Identity.from_env(env, role=WARDEN)) if dsn else LogEvents()
-
-
-class _LazyStore:
-    """Opens the store on the first batch (on the writer's thread), and again after a
-    failure, so Warden starts, and keeps working, while the store is down. An embedded store
-    is opened for each batch only: holding its folder would lock out runs and `gkr ui`."""
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        self.store: Store | None = None
-
-    def insert(self, table: str, rows: list[Row]) -> None:
-        if embedded(self.dsn):
-            with Store.connect(self.dsn) as store:
-                store.insert(table, rows)
-            return
-        if self.store is None:
-            self.store = Store.connect(self.dsn)
-        try:
-            self.store.insert(table, rows)
-        except Exception:
-            self.store.close()
-            self.store = None
-            raise
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -14,7 +14,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from runtime.telemetry.store import Rows, Store, StoreBusy, StoreError, describe, embedded
-from runtime.telemetry.writer import Row, RowSink
+from runtime.telemetry.writer import Row, RowSink, StoreSink
 
 
 class StoreActor:
@@ -59,17 +59,6 @@ class ActorSink:
         ray.get(self.actor.insert.remote(table, rows))
 
 
-class DirectSink:
-    """A RowSink that inserts into a server store from this process."""
-
-    def __init__(self, dsn: str) -> None:
-        self.store = Store.connect(dsn, migrate=False)
-
-    def insert(self, table: str, rows: list[Row]) -> None:
-        """Insert over HTTP."""
-        self.store.insert(table, rows)
-
-
 def actor_name(run_id: str) -> str:
     """The named-actor name of a run's store holder."""
     return f"gkr-telemetry-{run_id}"
@@ -102,4 +91,4 @@ def sink_for(run_id: str, dsn: str) -> RowSink:
     """The sink of one process of the run."""
     if embedded(dsn):
         return ActorSink(ray.get_actor(actor_name(run_id)))
-    return DirectSink(dsn)
+    return StoreSink(dsn)

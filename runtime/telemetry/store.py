@@ -244,6 +244,11 @@ def migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
+def sql_file(name: str, package: str = "runtime.telemetry") -> str:
+    """The text of one query file, `<package>/sql/<name>`: analyses live as plain SQL."""
+    return (resources.files(package) / "sql" / name).read_text(encoding="utf-8")
+
+
 def statements(sql: str) -> list[str]:
     """The statements of a schema file: `--` comments dropped, split at `;` ending a line."""
     lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from importlib import resources
 from typing import Any
 
 from runtime.errors import Category, RuntimeFailure
-from runtime.telemetry.store import Store, describe
+from runtime.telemetry.store import Store, describe, sql_file
 
 DEFAULT_WINDOW_S = 30
 BUCKET_S = 10  # the buckets of schema/0003_collective_buckets.sql
@@ -111,21 +110,16 @@ class StragglerReport:
         return data
 
 
-def sql(name: str) -> str:
-    """The text of one analysis query under `sql/`."""
-    return (resources.files("runtime.telemetry") / "sql" / name).read_text(encoding="utf-8")
-
-
 def analyze(store: Store, run: str, window_s: int = DEFAULT_WINDOW_S) -> StragglerReport:
     """Run the straggler analysis of one run over windows of `window_s` seconds."""
     if window_s < 1:
         raise BadWindow(f"window {window_s}s: must be at least 1 second")
     table = source(store, run, window_s)
     parameters = {"run": run, "window_s": window_s, "source": table}
-    windows = store.query(sql("straggler_windows.sql"), parameters).dicts()
+    windows = store.query(sql_file("straggler_windows.sql"), parameters).dicts()
     if not windows:
         raise _no_samples(store, run, "from two or more ranks of one group ")
-    ranks = store.query(sql("straggler_ranks.sql"), parameters).dicts()
+    ranks = store.query(sql_file("straggler_ranks.sql"), parameters).dicts()
     return StragglerReport(run, window_s, table,
                            tuple(_window(w) for w in windows),
                            tuple(RankSummary(**r) for r in ranks))
@@ -133,7 +127,7 @@ def analyze(store: Store, run: str, window_s: int = DEFAULT_WINDOW_S) -> Straggl
 
 def source(store: Store, run: str, window_s: int) -> str:
     """The table the analysis of `run` reads (see sql/straggler_source.sql)."""
-    samples, bucketed = store.query(sql("straggler_source.sql"), {"run": run}).rows[0]
+    samples, bucketed = store.query(sql_file("straggler_source.sql"), {"run": run}).rows[0]
     if not samples:
         raise _no_samples(store, run, "")
     return BUCKETS if samples == bucketed and window_s % BUCKET_S == 0 else SAMPLES

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from runtime.identity import Identity
+from runtime.telemetry.store import Store, embedded
 
 log = logging.getLogger(__name__)
 Row = dict[str, Any]
@@ -28,6 +29,32 @@ class RowSink(Protocol):
 
     def insert(self, table: str, rows: list[Row]) -> None:
         """Insert the rows into `table` (raising on failure)."""
+
+
+class StoreSink:
+    """A RowSink that inserts from this process. A server store keeps one connection, opened
+    on the first batch (on the writer's thread) and again after a failure, so a writer starts,
+    and goes on, while the store is down. An embedded store is opened for each batch only:
+    holding its folder would lock out runs and `gkr ui`."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.store: Store | None = None
+
+    def insert(self, table: str, rows: list[Row]) -> None:
+        """Insert one batch."""
+        if embedded(self.dsn):
+            with Store.connect(self.dsn) as store:
+                store.insert(table, rows)
+            return
+        if self.store is None:
+            self.store = Store.connect(self.dsn)
+        try:
+            self.store.insert(table, rows)
+        except Exception:
+            self.store.close()
+            self.store = None
+            raise
 
 
 def utc_now() -> datetime:

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from runtime.identity import Identity
-from runtime.telemetry.sink import DirectSink
 from runtime.telemetry.store import QueryError, Store, StoreError, migrations
-from runtime.telemetry.writer import TelemetryWriter
+from runtime.telemetry.writer import StoreSink, TelemetryWriter
 from tests.doubles.clickhouse_http import DECOMPRESS, ClickHouseHttpServer
 
 USER, PASSWORD = "gkr", "s3cret-pw"
@@ -62,7 +61,7 @@ def test_rerunning_the_migrations_changes_nothing(server) -> None:
 def test_rows_written_through_the_writer_come_back(server) -> None:
     dsn = server.dsn(USER, PASSWORD, "telemetry")
     Store.connect(dsn).close()
-    writer = TelemetryWriter(DirectSink(dsn), Identity(run="r1", rank=3, pod="p-3", node="n-1"),
+    writer = TelemetryWriter(StoreSink(dsn), Identity(run="r1", rank=3, pod="p-3", node="n-1"),
                              interval_s=0.05)
     for step in range(1, 6):
         writer.write("train_steps", {"step": step, "loss": 1.0 / step, "step_time_s": 0.1,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runtime.telemetry import stragglers
-from runtime.telemetry.store import Store
+from runtime.telemetry.store import Store, sql_file
 from runtime.telemetry.stragglers import NoSamples, analyze
 from tests.telemetry.synthetic import DEFAULT_GROUPS, Group, Run, Straggler, samples
 from tests.telemetry.test_store import migrate_until
@@ -78,7 +78,7 @@ def test_a_group_seen_from_one_rank_is_left_out(store) -> None:
 def test_buckets_and_samples_give_the_same_answer(store) -> None:
     bucketed = analyze(store, RUN.run, 60)
     assert bucketed.source == stragglers.BUCKETS
-    raw = store.query(stragglers.sql("straggler_windows.sql"),
+    raw = store.query(sql_file("straggler_windows.sql"),
                       {"run": RUN.run, "window_s": 60, "source": stragglers.SAMPLES}).dicts()
     assert [(w["last_rank"], w["ranks"]) for w in raw] == \
         [(w.last_rank, w.ranks) for w in bucketed.windows]

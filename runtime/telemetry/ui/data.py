@@ -15,7 +15,7 @@ from typing import Any
 
 from runtime.errors import Category, RuntimeFailure
 from runtime.telemetry import stragglers
-from runtime.telemetry.store import Store, describe
+from runtime.telemetry.store import Store, describe, sql_file
 from runtime.telemetry.stragglers import StragglerReport
 
 MAX_POINTS = 1000  # points per curve: more than a chart's width in pixels gains nothing
@@ -33,17 +33,17 @@ class UnknownRun(RuntimeFailure):
 
 def runs(store: Store, limit: int = RUNS_LIMIT) -> list[dict[str, Any]]:
     """Every run in the store, newest first."""
-    return store.query(stragglers.sql("ui_runs.sql"), {"run": "", "limit": limit}).dicts()
+    return store.query(sql_file("ui_runs.sql"), {"run": "", "limit": limit}).dicts()
 
 
 def events(store: Store, run: str = "", limit: int = EVENTS_LIMIT) -> list[dict[str, Any]]:
     """The latest events, of one run or ('') of all."""
-    return store.query(stragglers.sql("ui_events.sql"), {"run": run, "limit": limit}).dicts()
+    return store.query(sql_file("ui_events.sql"), {"run": run, "limit": limit}).dicts()
 
 
 def summary(store: Store, run: str) -> dict[str, Any]:
     """One run's line of the runs list; `UnknownRun` when the store has none of it."""
-    found = store.query(stragglers.sql("ui_runs.sql"), {"run": run, "limit": 1}).dicts()
+    found = store.query(sql_file("ui_runs.sql"), {"run": run, "limit": 1}).dicts()
     if not found:
         raise UnknownRun(f"run {run!r} has no telemetry in {describe(store.dsn)}")
     return found[0]
@@ -55,13 +55,13 @@ def run_page(store: Store, run: str) -> dict[str, Any]:
     about = summary(store, run)
     return {
         "summary": about,
-        "steps": store.query(stragglers.sql("ui_steps.sql"),
+        "steps": store.query(sql_file("ui_steps.sql"),
                              {"run": run, "bucket": _bucket(about["last_step"] or 0)}).dicts(),
-        "fleet": _by_service(store.query(stragglers.sql("ui_fleet.sql"), {
+        "fleet": _by_service(store.query(sql_file("ui_fleet.sql"), {
             "run": run, "bucket_s": _bucket(_seconds(about["first_ts"], about["last_ts"]))
         }).dicts()),
-        "health": store.query(stragglers.sql("ui_fleet_health.sql"), {"run": run}).dicts(),
-        "placement": store.query(stragglers.sql("ui_placement.sql"), {"run": run}).dicts(),
+        "health": store.query(sql_file("ui_fleet_health.sql"), {"run": run}).dicts(),
+        "placement": store.query(sql_file("ui_placement.sql"), {"run": run}).dicts(),
         "events": events(store, run),
     }
 
