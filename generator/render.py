@@ -301,6 +301,7 @@ def _add_kustomizations(tree: Tree, overlays: dict[str, list[str]],
         resources = resources + sorted(
             path.removeprefix(folder + "/") for path in tree.files
             if path.startswith(folder + "/") and not path.endswith("kustomization.yaml")
+            and not path.startswith(folder + "/jobs/")  # synced as plain manifests (paths.py)
         )
         key = digest(str(len(resources)).encode(),
                      *(item.encode() for item in (*resources, *components)))

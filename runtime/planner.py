@@ -206,18 +206,24 @@ def _pack(spec: PlanInput, world_size: int) -> tuple[tuple[Bundle, ...], ...] | 
     free = [[_milli(n.gpus), _milli(n.cpus)] for n in spec.nodes]
     placed: list[list[Bundle]] = [[] for _ in spec.nodes]
     every = [b for group in _all_bundles(spec, world_size).values() for b in group]
+    # Free space only shrinks, so a node that could not take a bundle of some shape never
+    # will: each shape's search resumes where its last one ended (linear, not nodes x bundles).
+    start: dict[tuple[int, int], int] = {}
     for bundle in sorted(every, key=lambda b: (b.gpus_milli, b.cpus_milli), reverse=True):
-        slot = _first_fit(free, bundle)
+        shape = (bundle.gpus_milli, bundle.cpus_milli)
+        slot = _first_fit(free, bundle, start.get(shape, 0))
         if slot is None:
             return None
+        start[shape] = slot
         free[slot][0] -= bundle.gpus_milli
         free[slot][1] -= bundle.cpus_milli
         placed[slot].append(bundle)
     return tuple(tuple(node) for node in placed)
 
 
-def _first_fit(free: list[list[int]], bundle: Bundle) -> int | None:
-    for index, (gpus, cpus) in enumerate(free):
+def _first_fit(free: list[list[int]], bundle: Bundle, start: int) -> int | None:
+    for index in range(start, len(free)):
+        gpus, cpus = free[index]
         if bundle.gpus_milli <= gpus and bundle.cpus_milli <= cpus:
             return index
     return None

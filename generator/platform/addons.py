@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from generator.catalog import DNS_LABEL, GpuStack, load_model
 
 ADDONS_FILE = "platform/catalog/addons.yaml"
-Wave = Literal["controllers", "observability", "config", "services"]
+Wave = Literal["controllers", "observability", "config", "jobs", "services"]
 # The Helm values of the Fluent Bit add-on that generator.platform.telemetry renders.
 SHIPPER_VALUES = frozenset({"affinity", "config", "env", "extraVolumes", "extraVolumeMounts"})
 Stack = GpuStack

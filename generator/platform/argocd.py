@@ -1,5 +1,5 @@
 """Argo CD: the app of apps, and per cluster one Application per add-on chart, one for the
-cluster's overlay and one for Warden."""
+cluster's overlay, one for its jobs and one for Warden."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from generator.catalog import Cluster
 from generator.manifests import render_documents, render_template
-from generator.paths import ARGOCD_ROOT, WARDEN_PATH, overlay_dir
+from generator.paths import ARGOCD_ROOT, WARDEN_PATH, jobs_dir, overlay_dir
 from generator.platform.addons import ADDONS_FILE, Addon, Wave
 from generator.platform.context import PlatformContext
 from generator.platform.telemetry import fluent_bit_values
@@ -21,6 +21,7 @@ class GitApp:
     name: str
     path: str
     wave: Wave
+    plain: bool = False  # a folder of plain manifests (recursive), not a kustomization
 
 
 def produce_argocd(ctx: PlatformContext) -> None:
@@ -28,6 +29,7 @@ def produce_argocd(ctx: PlatformContext) -> None:
     ctx.add(f"{ARGOCD_ROOT}/root.yaml", [render_template("platform/root.yaml.j2", argocd=argocd)])
     for name, cluster in ctx.catalog.clusters.items():
         git_apps = [GitApp("platform", overlay_dir(name), "config"),
+                    GitApp("jobs", jobs_dir(name), "jobs", plain=True),
                     GitApp("warden", WARDEN_PATH, "services")]
         addons = dict(sorted(ctx.addons.addons.items()))
         documents = render_documents(

@@ -7,7 +7,7 @@ from typing import Any
 
 from generator.catalog import Cluster
 from generator.manifests import render_documents, render_template
-from generator.paths import HEADER, component_dir, overlay_dir
+from generator.paths import HEADER, component_dir, jobs_dir, overlay_dir
 from generator.platform.context import CATALOG_SOURCE, PlatformContext
 from generator.yamlio import dump_documents
 
@@ -25,6 +25,18 @@ def produce_overlays(ctx: PlatformContext) -> None:
                 source)
         ctx.add(f"{folder}/kueue.yaml", _kueue(ctx, cluster), source)
         ctx.add(f"{folder}/image-precache.yaml", [_precache(ctx, cluster)], CATALOG_SOURCE)
+        ctx.tree.files[f"{jobs_dir(cluster.name)}/{JOBS_KEEP}"] = _jobs_keep(cluster)
+
+
+JOBS_KEEP = "_folder.yaml"
+
+
+def _jobs_keep(cluster: Cluster) -> str:
+    """A document-free file that keeps the jobs folder, which Argo CD's jobs Application
+    syncs, present on a cluster without jobs (Argo CD refuses a missing path)."""
+    return (HEADER.format(source=f"clusters/{cluster.name}.yaml")
+            + f"# Argo CD's Application {cluster.name}-jobs syncs this folder as plain manifests:"
+            "\n# each job's file, rendered whole by `gkr render`, in its namespace's folder.\n")
 
 
 def _namespaces(ctx: PlatformContext, cluster: Cluster) -> list[dict[str, Any]]:

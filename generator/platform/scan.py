@@ -1,5 +1,6 @@
-"""The input of the security scan (checkov): every manifest a cluster would receive, built
-with the real `kubectl kustomize`, plus the Argo CD Applications and Warden."""
+"""The input of the security scan (checkov): every manifest a cluster would receive, the
+overlays built with the real `kubectl kustomize`, the jobs as Argo CD reads them, plus the
+Argo CD Applications and Warden."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from generator.tree import Tree
 
 
 def write_scan_input(root: Path, tree: Tree, target: Path) -> list[Path]:
-    """Write one YAML file per overlay build, Warden's build and Argo CD's files to `target`."""
+    """Write one YAML file per overlay build and per cluster's jobs, Warden's build and Argo
+    CD's files to `target`."""
     target.mkdir(parents=True, exist_ok=True)
     written = []
     for folder in [f for f in tree.kustomizations() if f.startswith(OVERLAYS + "/")]:
         written.append(_build(root / folder, target / f"{Path(folder).name}.yaml"))
+        written.append(_jobs(tree, f"{folder}/jobs/", target / f"{Path(folder).name}-jobs.yaml"))
     if (root / WARDEN_PATH / "kustomization.yaml").is_file():
         written.append(_build(root / WARDEN_PATH, target / "warden.yaml"))
     for path, text in sorted(tree.files.items()):
@@ -26,6 +29,13 @@ def write_scan_input(root: Path, tree: Tree, target: Path) -> list[Path]:
             out.write_text(text, encoding="utf-8")
             written.append(out)
     return written
+
+
+def _jobs(tree: Tree, folder: str, out: Path) -> Path:
+    """The cluster's job files as one stream of documents (Argo CD syncs them unbuilt)."""
+    texts = [text for path, text in sorted(tree.files.items()) if path.startswith(folder)]
+    out.write_text("\n---\n".join(texts), encoding="utf-8")
+    return out
 
 
 def _build(folder: Path, out: Path) -> Path:

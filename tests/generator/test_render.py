@@ -43,8 +43,18 @@ def test_deleted_spec_output_is_removed(repo, spec) -> None:
     changes = write_tree(repo.root, render_tree(repo.root))
     assert changes.removed == [JOB_FILE.format("drop")]
     assert not (repo.root / JOB_FILE.format("drop")).exists()
-    kustomization = (repo.root / "kustomize/overlays/all-accelerators/kustomization.yaml")
-    assert "drop.yaml" not in kustomization.read_text() and keep.stem in kustomization.read_text()
+    assert (repo.root / JOB_FILE.format(keep.stem)).is_file()
+
+
+def test_jobs_are_not_in_the_overlay_kustomization(repo, spec) -> None:
+    """Argo CD syncs the jobs folder as plain manifests: `kustomize build` of an overlay that
+    listed every job would grow with the square of the fleet's jobs."""
+    repo.write_spec("job-a", spec())
+    tree = render_tree(repo.root)
+    overlay = tree.files["kustomize/overlays/all-accelerators/kustomization.yaml"]
+    assert "jobs/" not in overlay and "platform/namespaces.yaml" in overlay
+    assert JOB_FILE.format("job-a") in tree.files
+    assert "kustomize/overlays/all-accelerators/jobs/_folder.yaml" in tree.files
 
 
 def test_failed_render_leaves_the_tree_as_it_was(repo, spec) -> None:

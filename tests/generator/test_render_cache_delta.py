@@ -65,14 +65,14 @@ def test_a_broken_delta_is_a_miss(repo, spec) -> None:
         assert render_tree(repo.root).files == render_tree(repo.root, use_cache=False).files
 
 
-def test_kustomizations_follow_the_jobs_listed(repo, spec) -> None:
+def test_rendered_jobs_follow_the_specs_listed(repo, spec) -> None:
     write_specs(repo, spec, 2)
     first = render_tree(repo.root)
     repo.write_spec("job-9", spec())
     added = render_tree(repo.root)
     (repo.root / "jobs/ml/job-9.yaml").unlink()
     removed = render_tree(repo.root)
-    kustomization = "kustomize/overlays/all-accelerators/kustomization.yaml"
-    assert "job-9.yaml" in added.files[kustomization]
-    assert removed.files[kustomization] == first.files[kustomization]
+    job = "kustomize/overlays/all-accelerators/jobs/team-ml/job-9.yaml"
+    assert job in added.files and job not in removed.files
+    assert removed.files.keys() == first.files.keys()
     assert removed.files == render_tree(repo.root, use_cache=False).files
