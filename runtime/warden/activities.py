@@ -35,6 +35,8 @@ from runtime.warden.shrink import shrink_patch
 from runtime.warden.triggers import trigger_node
 from runtime.warden.workloads import classify_pods
 
+TRIGGERS_AT_ONCE = 32  # signal-with-start calls in flight to Temporal at once, per sweep
+
 
 @dataclass
 class Seams:
@@ -68,8 +70,7 @@ class WardenActivities:
         """Detection sweep: start (or join) the node workflow of every faulty or suspect node."""
         detector = Detector(self.config.detection, self.cluster, self.seams.telemetry)
         found = await asyncio.to_thread(detector.sweep)
-        for suspicion in found:
-            await trigger_node(self.client, self.config, suspicion.node, suspicion.trigger)
+        await self._trigger_all([(s.node, s.trigger) for s in found])
         return [s.node for s in found]
 
     @activity.defn(name="warden.sweep_cordoned")
@@ -78,23 +79,41 @@ class WardenActivities:
         selector = self.config.detection.node_selector
         nodes = await asyncio.to_thread(self.cluster.list_nodes, selector)
         waiting = [n["metadata"]["name"] for n in nodes if memory.awaits_recovery(n)]
-        for name in waiting:
-            recover = Trigger("recover", "periodic recovery sweep", "recovery")
-            await trigger_node(self.client, self.config, name, recover)
+        recover = Trigger("recover", "periodic recovery sweep", "recovery")
+        await self._trigger_all([(name, recover) for name in waiting])
         return waiting
 
+    async def _trigger_all(self, triggers: list[tuple[str, Trigger]]) -> None:
+        """Start (or join) node workflows together: one after another, a burst of 60 faulty
+        nodes took seconds of round trips before the last one's cordon could start."""
+        room = asyncio.Semaphore(TRIGGERS_AT_ONCE)
+
+        async def one(node: str, trigger: Trigger) -> None:
+            async with room:
+                await trigger_node(self.client, self.config, node, trigger)
+
+        outcomes = await asyncio.gather(*(one(node, trigger) for node, trigger in triggers),
+                                        return_exceptions=True)
+        failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        if failed:  # every node was tried; the sweep fails with the first error
+            raise failed[0]
+
+    # The activities that wait (a check, a drain, a reboot: minutes to hours) are coroutines
+    # that sleep between polls: a blocking one held a worker thread for the whole wait, and
+    # once a burst of incidents filled the pool (16 threads), the next fault's cordon waited
+    # for a stress test to end (benchmarks/fleet/warden.py).
     @activity.defn(name="warden.run_check")
-    def run_check(self, node: str, suite: str, name: str) -> CheckResult:
+    async def run_check(self, node: str, suite: str, name: str) -> CheckResult:
         """Run the preflight suite or the stress test as a Job on the node; wait for its result."""
         checks = self.config.checks
         chosen = checks.preflight if suite == "preflight" else checks.stress.as_suite()
         try:
-            self.seams.check.start(node, chosen, name)
+            await asyncio.to_thread(self.seams.check.start, node, chosen, name)
         except ConfigError as error:  # no facts for this node's GPUs: a human must look
             return CheckResult(False, [str(error)])
-        while (result := self.seams.check.result(name)) is None:
+        while (result := await asyncio.to_thread(self.seams.check.result, name)) is None:
             activity.heartbeat(name)
-            time.sleep(self.config.recovery.poll_s)
+            await asyncio.sleep(self.config.recovery.poll_s)
         return result
 
     @activity.defn(name="warden.cordon")
@@ -151,15 +170,16 @@ class WardenActivities:
             self.cluster.evict(namespace, name)
 
     @activity.defn(name="warden.await_no_workloads")
-    def await_no_workloads(self, node: str, timeout_s: float) -> bool:
+    async def await_no_workloads(self, node: str, timeout_s: float) -> bool:
         """Wait until no user pod is left on the node; False when the time ran out."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            left = classify_pods(self.config.recovery, self.cluster.pods_on_node(node))
+            pods = await asyncio.to_thread(self.cluster.pods_on_node, node)
+            left = classify_pods(self.config.recovery, pods)
             if not left.blocking and not left.drainable:
                 return True
             activity.heartbeat(len(left.blocking) + len(left.drainable))
-            time.sleep(self.config.recovery.poll_s)
+            await asyncio.sleep(self.config.recovery.poll_s)
         return False
 
     @activity.defn(name="warden.power")
@@ -182,14 +202,14 @@ class WardenActivities:
         return boot_id
 
     @activity.defn(name="warden.await_boot")
-    def await_boot(self, node: str, old_boot_id: str, timeout_s: float) -> bool:
+    async def await_boot(self, node: str, old_boot_id: str, timeout_s: float) -> bool:
         """Wait until the node is Ready with a new boot id; False when the time ran out."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if _rebooted(self.cluster.get_node(node), old_boot_id):
+            if _rebooted(await asyncio.to_thread(self.cluster.get_node, node), old_boot_id):
                 return True
             activity.heartbeat(node)
-            time.sleep(self.config.recovery.poll_s)
+            await asyncio.sleep(self.config.recovery.poll_s)
         return False
 
     @activity.defn(name="warden.uncordon")

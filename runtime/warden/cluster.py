@@ -30,8 +30,8 @@ class KubeCluster:
     def patch_node(self, name: str, patch: Obj) -> Obj:
         return self.kube.patch(NODE, name, patch)
 
-    def node_events(self, name: str) -> list[Obj]:
-        return self.kube.events(kind="Node", name=name)
+    def node_events(self) -> list[Obj]:
+        return self.kube.events(kind="Node")
 
     def pods_on_node(self, name: str) -> list[Obj]:
         return self.kube.list(POD, fields=f"spec.nodeName={name}")

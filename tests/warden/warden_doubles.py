@@ -189,17 +189,17 @@ def _check_pod(job: Json, passed: bool, message: str) -> Json:
 class FakePrometheus(_Server):
     """Prometheus' instant-query API over DCGM exporter series (one series per GPU)."""
 
-    series: dict[str, list[tuple[Json, float]]] = field(default_factory=dict)
+    # metric -> (node, gpu) -> (labels, value): one series per GPU, replaced in O(1), so a
+    # fleet of thousands of GPUs (benchmarks/fleet/warden.py) is as quick to update as one.
+    series: dict[str, dict[tuple[str, str], tuple[Json, float]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _Server.__init__(self)
 
     def set(self, metric: str, node: str, gpu: int, value: float) -> None:
         with self.lock:
-            rows = [r for r in self.series.get(metric, [])
-                    if (r[0]["Hostname"], r[0]["gpu"]) != (node, str(gpu))]
-            rows.append(({"Hostname": node, "gpu": str(gpu)}, value))
-            self.series[metric] = rows
+            labels = {"Hostname": node, "gpu": str(gpu)}
+            self.series.setdefault(metric, {})[(node, str(gpu))] = (labels, value)
 
     def route(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
         match = re.fullmatch(r"max by \((\w+)\) \((\w+)\)", query.get("query", ""))
@@ -207,7 +207,7 @@ class FakePrometheus(_Server):
             return 400, {"status": "error", "errorType": "bad_data", "error": "unsupported"}
         label, metric = match.groups()
         best: dict[str, float] = {}
-        for labels, value in self.series.get(metric, []):
+        for labels, value in self.series.get(metric, {}).values():
             best[labels[label]] = max(value, best.get(labels[label], value))
         result = [{"metric": {label: k}, "value": [time.time(), str(v)]} for k, v in best.items()]
         return 200, {"status": "success", "data": {"resultType": "vector", "result": result}}
@@ -218,10 +218,12 @@ class FakeGcp(_Server):
     """The GCE metadata token endpoint and Compute's instances.reset / reportHostAsFaulty.
 
     Like Compute Engine, a repeated requestId is answered with the first operation and not
-    executed again. An executed reset reboots the node in the Kubernetes double.
+    executed again. An executed reset (or repair) reboots the node in the Kubernetes double,
+    then calls `after_reset(instance)`, where a test clears what it cured (the fault signals).
     """
 
     kube: KubeApiServer | None = None
+    after_reset: Callable[[str], None] | None = None
     executed: list[tuple[str, str]] = field(default_factory=list)
     seen: dict[str, Json] = field(default_factory=dict)
 
@@ -240,6 +242,8 @@ class FakeGcp(_Server):
             self.executed.append((verb, instance))
             if self.kube is not None:
                 reboot(self.kube, instance)
+            if self.after_reset is not None:
+                self.after_reset(instance)
             self.seen[request_id] = {"kind": "compute#operation", "name": request_id,
                                      "operationType": verb, "status": "DONE"}
         return 200, self.seen[request_id]
