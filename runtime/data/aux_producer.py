@@ -14,7 +14,8 @@ auxiliary workers busy.
 A chunk of samples crosses the wire as one byte buffer, laid out like a pipeline slot
 (runtime.data.shm), and its description as JSON (never pickle: it comes off the network).
 
-In a training config:
+In a training config (examples/train/aux-loader.yaml; runtime.train.config checks that the
+service is a producer service serving the data section's datasets and transform):
 
     aux:
       services:
@@ -35,11 +36,10 @@ import torch
 
 from runtime.aux.client import AuxClient, ServiceHandle
 from runtime.data.config import DataConfig
-from runtime.data.shm import TensorRef, pack, unpack
+from runtime.data.shm import TensorRef, pack, packed_size, unpack
 from runtime.data.sources import IntSequence, LocalSource, SampleSource
 
 _TENSOR, _TUPLE = "~tensor", "~tuple"  # markers of the description's non-JSON nodes
-_ALIGN = 64  # runtime.data.shm's alignment of each tensor in a slot
 
 
 class ProducerService:
@@ -62,7 +62,7 @@ class ProducerService:
         if self.source is None:
             self.source = LocalSource(self.config)
         samples = self.source.fetch(payload["datasets"], payload["indices"], payload["seeds"])
-        buffer = bytearray(_size(samples))
+        buffer = bytearray(packed_size(samples))
         spec = pack(samples, memoryview(buffer), what="a fetched chunk")
         return {"data": np.frombuffer(buffer, dtype=np.uint8), "layout": _to_json(spec)}
 
@@ -89,18 +89,6 @@ class RemoteSource:
 def remote_source(handle: ServiceHandle, rank: int) -> Callable[[], SampleSource]:
     """What DataPipeline runs in each producer process instead of a local source."""
     return functools.partial(RemoteSource, handle, rank)
-
-
-def _size(obj: Any) -> int:
-    """Bytes `pack` needs for `obj`: each tensor rounded up to the slot alignment."""
-    if isinstance(obj, torch.Tensor | np.ndarray):
-        nbytes = obj.nbytes if isinstance(obj, np.ndarray) else obj.numel() * obj.element_size()
-        return -(-nbytes // _ALIGN) * _ALIGN
-    if isinstance(obj, dict):
-        return sum(_size(v) for v in obj.values())
-    if isinstance(obj, list | tuple):
-        return sum(_size(v) for v in obj)
-    return 0
 
 
 def _to_json(spec: Any) -> Any:

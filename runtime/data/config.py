@@ -6,6 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# The auxiliary service that runs the producer stage (runtime.data.aux_producer).
+PRODUCER_SERVICE_IMPL = "runtime.data.aux_producer:ProducerService"
+
 
 class DatasetSource(BaseModel):
     """One map-style dataset of the mixture, built from an importable factory."""
@@ -52,6 +55,14 @@ class DataConfig(BaseModel):
         description="`module:callable` turning a list of samples into a batch (default: stack).",
     )
     producers: int = Field(default=2, ge=1, le=64, description="Producer processes per rank.")
+    producer_service: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Auxiliary service (in `aux.services`, impl "
+                    f"`{PRODUCER_SERVICE_IMPL}`) whose workers fetch and transform the "
+                    "samples for every rank; each producer process then keeps one request in "
+                    "flight. None: the producers fetch and transform themselves.",
+    )
     collators: int = Field(default=1, ge=1, le=16, description="Collator processes per rank.")
     chunk_size: int | None = Field(
         default=None,

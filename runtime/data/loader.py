@@ -1,5 +1,13 @@
 """The training rank's side of the pipeline: starts the stages, yields batches in order,
-reports a failed stage as an error and records sampling progress for checkpoints."""
+reports a failed stage as an error and records sampling progress for checkpoints.
+
+The first batch after a start or a resume is made here, in the rank, as a producer and a
+collator would make it, so it does not wait for stage processes to start, for its chunks to
+cross three queues and for fresh shared memory to be touched (which kept the first batch at
+1.0-1.7x torchdata's StatefulDataLoader's time, benchmarks/dataloader.py). The stages start
+with the second batch. The price: a sample whose read kills its process (a crashing decoder)
+takes the rank down with it in the first batch, where a producer would have died instead.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,7 @@ import itertools
 import multiprocessing as mp
 import queue
 import time
+import traceback
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,9 +29,16 @@ import numpy.random  # noqa: F401
 
 from runtime.data import stages
 from runtime.data.config import DataConfig
-from runtime.data.schedule import SamplerState
-from runtime.data.shm import SlotRing, unpack
-from runtime.data.sources import SampleSource, build_datasets, dataset_lengths, load_callable
+from runtime.data.schedule import RankBatch, SamplerState
+from runtime.data.shm import SlotRing, check_fits, unpack
+from runtime.data.sources import (
+    LocalSource,
+    SampleSource,
+    as_a_producer,
+    build_datasets,
+    dataset_lengths,
+    load_callable,
+)
 from runtime.errors import RuntimeFailure
 
 _POLL_S = 0.2
@@ -117,21 +133,15 @@ class _Running:
     def failure(self) -> DataPipelineError | None:
         """The first reported or observed stage failure, if any."""
         with contextlib.suppress(queue.Empty):
-            return self._reported(self.links.errors.get_nowait())
+            return _reported(*self.links.errors.get_nowait())
         for name, proc in self.procs.items():
             if proc.exitcode is not None:
                 with contextlib.suppress(queue.Empty):
-                    return self._reported(self.links.errors.get(timeout=1.0))
+                    return _reported(*self.links.errors.get(timeout=1.0))
                 return DataPipelineError(
                     f"data pipeline stage {name} exited with code {proc.exitcode}"
                 )
         return None
-
-    @staticmethod
-    def _reported(report: tuple[str, str]) -> DataPipelineError:
-        name, trace = report
-        last = trace.strip().splitlines()[-1]
-        return DataPipelineError(f"data pipeline stage {name} failed: {last}\n{trace}")
 
     def close(self) -> None:
         self.links.stop.set()
@@ -146,6 +156,11 @@ class _Running:
         for ring in (self.chunk_ring, self.batch_ring):
             with contextlib.suppress(BufferError):
                 ring.close()
+
+
+def _reported(name: str, trace: str) -> DataPipelineError:
+    last = trace.strip().splitlines()[-1]
+    return DataPipelineError(f"data pipeline stage {name} failed: {last}\n{trace}")
 
 
 def _preload(config: DataConfig) -> None:
@@ -164,7 +179,8 @@ class DataPipeline(Iterator[Any]):
     Batches are copies owned by the caller. `state_dict()` is the schedule position after
     the last batch returned; a pipeline built from it yields exactly the batches that would
     have followed, whatever the producer or collator counts. `source`, when given, builds
-    the producers' sample source in each producer process (runtime.data.aux_producer).
+    the producers' sample source in each producer process (runtime.data.aux_producer); the
+    rank then makes no batch itself.
     """
 
     def __init__(
@@ -178,12 +194,16 @@ class DataPipeline(Iterator[Any]):
     ) -> None:
         self.config, self.rank, self.world_size = config, rank, world_size
         self.source = source
-        self._lengths = dataset_lengths(build_datasets(config))
+        datasets = build_datasets(config)
+        self._lengths = dataset_lengths(datasets)
+        # Kept for the first batch only (the stages build their own).
+        self._datasets: list[Any] | None = datasets if source is None else None
         _preload(config)
         self._state = SamplerState.from_dict(state) if state else SamplerState()
         self._running: _Running | None = None
         self._next_seq = 0
         self._finalizer: weakref.finalize | None = None
+        self._first_here = source is None  # the next batch starts a stream: make it here
 
     def state_dict(self) -> dict[str, int]:
         return self._state.to_dict()
@@ -194,8 +214,10 @@ class DataPipeline(Iterator[Any]):
         self._state = SamplerState.from_dict(state)
 
     def __next__(self) -> Any:
+        if self._first_here:
+            return self._make_first()
         running = self._start()
-        if self._next_seq:  # the first batch is out: the queued window covers the fork
+        if self._next_seq:  # the stages' first batch is out: the queued window covered the fork
             running.start_feeder()
         out = running.links.to_trainer[self._next_seq % self.config.collators]
         seq, after, slot, spec = self._wait(running, out)
@@ -208,10 +230,39 @@ class DataPipeline(Iterator[Any]):
         self._state = after
         return batch
 
+    def _layout(self) -> stages.Layout:
+        return stages.Layout(self.rank, self.world_size, self._lengths, self._state)
+
+    def _make_first(self) -> Any:
+        """The stream's first batch, made here as the stages would make it (same samples,
+        seeds, collate function and slot limits); the stages start with the next one."""
+        first = next(stages.schedule_batches(self.config, self._layout()))
+        try:
+            batch = self._make(first)
+        except Exception as error:
+            raise _reported("first-batch (in the rank)",
+                            "".join(traceback.format_exception(error))) from None
+        self._state, self._first_here, self._datasets = first.after, False, None
+        return batch
+
+    def _make(self, batch: RankBatch) -> Any:
+        source = LocalSource(self.config, self._datasets)  # None: built anew (a restart)
+        try:
+            with as_a_producer():
+                samples = source.fetch(batch.datasets, batch.indices, batch.seeds)
+                made = stages.collate_function(self.config)(samples)
+        finally:
+            source.close()
+        slot = int(self.config.slot_mb * (1 << 20))
+        step = self.config.chunk_size or self.config.batch_size
+        for start in range(0, len(samples), step):
+            check_fits(samples[start:start + step], slot, what=stages.CHUNK)
+        check_fits(made, slot, what=stages.BATCH)
+        return made
+
     def _start(self) -> _Running:
         if self._running is None:
-            layout = stages.Layout(self.rank, self.world_size, self._lengths, self._state)
-            self._running = _Running(self.config, layout, self.source)
+            self._running = _Running(self.config, self._layout(), self.source)
             self._next_seq = 0
             self._finalizer = weakref.finalize(self, self._running.close)
         return self._running
@@ -232,10 +283,12 @@ class DataPipeline(Iterator[Any]):
                     raise failure from None
 
     def close(self) -> None:
-        """Stop every stage and free the shared memory; safe to call twice."""
+        """Stop every stage and free the shared memory; safe to call twice. A next batch
+        restarts the stream where it stands."""
         if self._finalizer is not None:
             self._finalizer()
         self._running, self._finalizer = None, None
+        self._first_here = self.source is None
 
     def __enter__(self) -> DataPipeline:
         return self

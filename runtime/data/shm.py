@@ -82,15 +82,35 @@ class _Packer:
             t, is_np = leaf, False
         nbytes = t.numel() * t.element_size()
         if self.offset + nbytes > len(self.buf):
-            raise SlotOverflow(
-                f"{self.what} needs more than one slot of {len(self.buf)} bytes: raise slot_mb"
-            )
+            raise _overflow(self.what, len(self.buf))
         if nbytes:
             dst = torch.frombuffer(self.buf, dtype=t.dtype, count=t.numel(), offset=self.offset)
             dst.view(t.shape).copy_(t)
         ref = TensorRef(t.dtype, tuple(t.shape), self.offset, is_np)
         self.offset += -(-nbytes // _ALIGN) * _ALIGN
         return ref
+
+
+def _overflow(what: str, slot_bytes: int) -> SlotOverflow:
+    return SlotOverflow(f"{what} needs more than one slot of {slot_bytes} bytes: raise slot_mb")
+
+
+def packed_size(obj: Any) -> int:
+    """Bytes `pack` needs for `obj`: each tensor rounded up to the slot alignment."""
+    if isinstance(obj, torch.Tensor | np.ndarray):
+        nbytes = obj.nbytes if isinstance(obj, np.ndarray) else obj.numel() * obj.element_size()
+        return -(-nbytes // _ALIGN) * _ALIGN
+    if isinstance(obj, dict):
+        return sum(packed_size(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(packed_size(v) for v in obj)
+    return 0
+
+
+def check_fits(obj: Any, slot_bytes: int, *, what: str) -> None:
+    """Raise what `pack` would raise if `obj` does not fit into one slot."""
+    if packed_size(obj) > slot_bytes:
+        raise _overflow(what, slot_bytes)
 
 
 def pack(obj: Any, buf: memoryview, *, what: str) -> Any:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import importlib
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, Protocol, TypeAlias
 
 import numpy as np
@@ -55,11 +56,11 @@ def dataset_lengths(datasets: Sequence[Any]) -> list[int]:
 
 
 class LocalSource:
-    """Fetch from datasets built in this process; seed the RNGs per sample so that random
-    transforms are reproducible whichever producer runs them."""
+    """Fetch from datasets built in this process (or the `datasets` given); seed the RNGs per
+    sample so that random transforms are reproducible whichever producer runs them."""
 
-    def __init__(self, config: DataConfig) -> None:
-        self.datasets = build_datasets(config)
+    def __init__(self, config: DataConfig, datasets: list[Any] | None = None) -> None:
+        self.datasets = build_datasets(config) if datasets is None else datasets
         self.transform = (
             load_callable(config.transform, "data.transform") if config.transform else None
         )
@@ -77,6 +78,11 @@ class LocalSource:
             raw = list(self.reads.map(lambda p: self.datasets[p[0]][p[1]], pairs))
         return [self._transform(sample, int(s)) for sample, s in zip(raw, seeds, strict=True)]
 
+    def close(self) -> None:
+        """Stop the read threads (before this process forks, say)."""
+        if self.reads is not None:
+            self.reads.shutdown()
+
     def _transform(self, sample: Any, seed: int) -> Any:
         if self.transform is None:
             return sample
@@ -86,3 +92,20 @@ class LocalSource:
         random.seed(seed)
         np.random.seed(seed % (1 << 32))
         return self.transform(sample)
+
+
+@contextmanager
+def as_a_producer() -> Iterator[None]:
+    """Run a fetch outside a producer process with a producer's settings: one intra-op thread
+    (a result may depend on the thread count); the caller's thread count and the global RNG
+    states that the per-sample seeding replaces are restored afterwards."""
+    threads = torch.get_num_threads()
+    states = torch.get_rng_state(), random.getstate(), np.random.get_state()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_rng_state(states[0])
+        random.setstate(states[1])
+        np.random.set_state(states[2])

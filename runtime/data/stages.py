@@ -23,6 +23,9 @@ from runtime.data.shm import SlotRing, pack, unpack
 from runtime.data.sources import LocalSource, SampleSource, load_callable
 
 _POLL_S = 0.1
+# What fills a chunk slot and a batch slot, for the error that says one does not fit.
+CHUNK = "a producer chunk (data.chunk_size samples)"
+BATCH = "a batch (data.batch_size samples)"
 
 
 class Stopped(Exception):
@@ -155,7 +158,7 @@ def producer(
         chunk: Chunk = get(links.work, links)
         samples = source.fetch(chunk.datasets, chunk.indices, chunk.seeds)
         slot = get(links.free_chunks, links)
-        spec = pack(samples, ring.view(slot), what="a producer chunk (data.chunk_size samples)")
+        spec = pack(samples, ring.view(slot), what=CHUNK)
         message = (chunk.seq, chunk.part, chunk.parts, chunk.after, slot, spec)
         put(links.to_collators[chunk.seq % collators], message, links)
 
@@ -189,20 +192,25 @@ class _Assembler:
             samples.extend(unpack(spec, self.chunks.view(slot), copy=False))
         batch = self.collate(samples)
         slot = get(self.links.free_batches, self.links)
-        spec = pack(batch, self.batches.view(slot), what="a batch (data.batch_size samples)")
+        spec = pack(batch, self.batches.view(slot), what=BATCH)
         del samples, batch
         for chunk_slot, _ in got.values():
             put(self.links.free_chunks, chunk_slot, self.links)
         return slot, spec
 
 
+def collate_function(config: DataConfig) -> Callable[[list[Any]], Any]:
+    """The configured collate function, or torch's default_collate (stacks tensors)."""
+    if config.collate:
+        return load_callable(config.collate, "data.collate")
+    from torch.utils.data import default_collate
+
+    return default_collate
+
+
 def collator(links: Links, config: DataConfig, index: int) -> None:
     """Turn complete sets of chunks into batches in batch slots, in schedule order."""
     torch.set_num_threads(1)
-    if config.collate:
-        collate = load_callable(config.collate, "data.collate")
-    else:
-        from torch.utils.data import default_collate as collate
-    assembler = _Assembler(links, index, collate)
+    assembler = _Assembler(links, index, collate_function(config))
     while True:
         assembler.add(*get(links.to_collators[index], links))

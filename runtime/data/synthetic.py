@@ -79,3 +79,9 @@ class SyntheticFeatures:
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         g = torch.Generator().manual_seed(index)
         return {"index": torch.tensor(index), "input": torch.randn(self.dim, generator=g)}
+
+
+def jitter(sample: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Gaussian noise on `input` from the global RNG: a random transform of SyntheticFeatures
+    whose output depends on the per-sample seed only."""
+    return {**sample, "input": sample["input"] + 0.1 * torch.randn(sample["input"].shape)}

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from runtime.data.loader import DataPipeline
+from runtime.data.loader import DataPipeline, SourceFactory
 from runtime.diloco.config import learner_shard
 from runtime.train.config import TrainConfig
 
@@ -78,11 +78,15 @@ class SyntheticBatches:
         """Nothing to release."""
 
 
-def build_batches(config: TrainConfig, rank: int) -> BatchSource:
+def build_batches(
+    config: TrainConfig, rank: int, source: SourceFactory | None = None
+) -> BatchSource:
     """This rank's batch stream, positioned at the start (a checkpoint may move it); a DiLoCo
-    learner's ranks read their learner's shard (`runtime.diloco.config.learner_shard`)."""
+    learner's ranks read their learner's shard (`runtime.diloco.config.learner_shard`).
+    `source`: where the producers get samples (DataPipeline's `source`)."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     rank, world = learner_shard(config.diloco, rank, world)
     if config.data is None:
         return SyntheticBatches(config, rank)
-    return PipelineBatches(DataPipeline(config.data, rank=rank, world_size=world))
+    return PipelineBatches(DataPipeline(config.data, rank=rank, world_size=world,
+                                        source=source))

@@ -9,12 +9,13 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from runtime.aux.config import AuxConfig
 from runtime.checkpoint.config import CheckpointConfig
 from runtime.config_errors import config_error
 from runtime.crash.config import CrashConfig
-from runtime.data.config import DataConfig
+from runtime.data.config import PRODUCER_SERVICE_IMPL, DataConfig
 from runtime.diloco.config import DilocoConfig
 from runtime.ft.config import FaultToleranceConfig
 from runtime.telemetry.config import TelemetryConfig
@@ -115,6 +116,29 @@ class TrainConfig(_Section):
         return self
 
     @model_validator(mode="after")
+    def _producer_service_serves_this_data(self) -> TrainConfig:
+        """`data.producer_service` names a producer service that serves these samples."""
+        name = self.data.producer_service if self.data is not None else None
+        if name is None:
+            return self
+        assert self.data is not None
+        if name not in self.aux.services:
+            known = ", ".join(sorted(self.aux.services)) or "none configured"
+            raise _field_error(("data", "producer_service"),
+                               f"{name!r} is not in aux.services; allowed: {known}", name)
+        if self.fault_tolerance.enabled:  # replica groups build their pipelines themselves
+            raise _field_error(("data", "producer_service"),
+                               "not available with fault_tolerance.enabled yet", name)
+        service = self.aux.services[name]
+        if service.impl != PRODUCER_SERVICE_IMPL:
+            raise _field_error(("aux", "services", name, "impl"),
+                               f"data.producer_service names this service, so it must be a "
+                               f"producer service; allowed: {PRODUCER_SERVICE_IMPL}",
+                               service.impl)
+        _check_served_data(name, service.options.get("data"), self.data)
+        return self
+
+    @model_validator(mode="after")
     def _replica_groups_fit(self) -> TrainConfig:
         ft = self.fault_tolerance
         if not ft.enabled:
@@ -130,6 +154,34 @@ class TrainConfig(_Section):
             raise ValueError(f"layout.max_world_size ({cap}) is below fault_tolerance."
                              f"replica_groups x tp x pp x cp ({smallest})")
         return self
+
+
+def _check_served_data(service: str, served: object, data: DataConfig) -> None:
+    """The producer service's `data` option must give the samples of the `data` section."""
+    loc = ("aux", "services", service, "options", "data")
+    fix = "write `data: ${data}` (the data section itself)"
+    if not isinstance(served, dict):
+        raise _field_error(loc, f"required: the data section its workers serve; {fix}", served)
+    try:
+        serves = DataConfig.model_validate(served)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise _field_error(loc, f"not a data section ({where}: {first['msg']}); {fix}",
+                           served) from error
+    differ = [field for field in ("datasets", "transform")
+              if getattr(serves, field) != getattr(data, field)]
+    if differ:
+        verb = "differs" if len(differ) == 1 else "differ"
+        raise _field_error(loc, f"its {' and '.join(differ)} {verb} from the data section's, "
+                                f"so the workers would serve other samples; {fix}", served)
+
+
+def _field_error(loc: tuple[str, ...], message: str, value: object) -> ValidationError:
+    """An error at field path `loc` (a model validator's own errors carry none)."""
+    problem = InitErrorDetails(type=PydanticCustomError("invalid_value", message), loc=loc,
+                               input=value)
+    return ValidationError.from_exception_data(TrainConfig.__name__, [problem])
 
 
 def build_config(raw: dict[str, Any], source: str = "config") -> TrainConfig:

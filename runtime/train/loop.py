@@ -34,11 +34,12 @@ from runtime.aux.services import EncoderService
 from runtime.checkpoint.manager import CheckpointHook
 from runtime.checkpoint.training import TrainState
 from runtime.crash.capture import rank_failures
+from runtime.data.aux_producer import remote_source
 from runtime.diloco.learner import learner_for
 from runtime.fleet import FleetReporter, FleetSink, monitor_name
 from runtime.ft.replica import Replica, ReplicaSpec, replica_for
 from runtime.planner import CapacityPlan
-from runtime.train.batches import BatchSource
+from runtime.train.batches import BatchSource, build_batches
 from runtime.train.checkpointing import CheckpointManager, ResumePoint, aux_hooks, restart_point
 from runtime.train.config import TrainConfig
 from runtime.train.model import build_model
@@ -165,7 +166,8 @@ def _train(
     optimizer = torch.optim.Adam(model.parameters(), lr=config.model.lr)
     stepper = replica.optimizer(optimizer)  # torchft's wrapper: quorum, then commit vote
     who = _global_rank(context, rank)
-    targets, batches = _Targets(context, services, who), replica.batches(config, rank)
+    targets = _Targets(context, services, who)
+    batches = _batches(config, services, replica, rank, who)
     state = TrainState(model, optimizer, batches)
     checkpoint = CheckpointManager(config.checkpoint, state,
                                    [*aux_hooks(coordinator), *context.hooks], context.run_id,
@@ -194,6 +196,18 @@ def _train(
         _final_report(context, services, recorder, telemetry)
     if recorder is not None:
         recorder.flush()
+
+
+def _batches(
+    config: TrainConfig, services: Services, replica: Replica, rank: int, who: int
+) -> BatchSource:
+    """This rank's batches. With `data.producer_service` its producers fetch through that
+    auxiliary service as rank `who` (the config allows it without fault tolerance only, so
+    the replica is NoReplica, whose batches are build_batches')."""
+    name = config.data.producer_service if config.data is not None else None
+    if name is None:
+        return replica.batches(config, rank)
+    return build_batches(config, rank, remote_source(services[name], who))
 
 
 def _global_rank(context: LoopContext, rank: int) -> int:

@@ -17,8 +17,9 @@ from runtime.aux.client import Endpoint, ServiceHandle
 from runtime.aux.proxy import ProxyCore
 from runtime.aux.worker import WorkerCore
 from runtime.data.aux_producer import ProducerService, remote_source
-from runtime.data.config import DataConfig
+from runtime.data.config import PRODUCER_SERVICE_IMPL, DataConfig
 from runtime.data.loader import DataPipeline
+from runtime.data.sources import load_callable
 
 DATA: dict[str, Any] = {
     "datasets": [
@@ -41,7 +42,12 @@ def _serve(folder: str, address: Any) -> None:
     proxy = ProxyCore("loader", "p", "127.0.0.1", f"ipc://{folder}/loader.sock")
     worker = WorkerCore("loader", "w0", proxy.backend_address, ProducerService(DATA), 64)
     worker.service.startup_check()
-    signal.signal(signal.SIGTERM, lambda *_: (proxy.stop.set(), worker.stop.set()))
+
+    def stop(*_: object) -> None:
+        proxy.stop.set()
+        worker.stop.set()
+
+    signal.signal(signal.SIGTERM, stop)
     threads = [proxy.start_thread(), worker.start_thread()]
     address.put(proxy.address)
     for thread in threads:
@@ -101,3 +107,8 @@ def test_auxiliary_producers_resume_exactly_with_another_producer_count(
         assert _same(_take(resumed, 4), tail)
     with DataPipeline(config) as local:  # and the whole stream is the local one
         assert _same(_take(local, 7), head + tail)
+
+
+def test_the_configured_producer_impl_is_this_service() -> None:
+    """The name training configs must give a producer service (runtime.data.config)."""
+    assert load_callable(PRODUCER_SERVICE_IMPL, "impl") is ProducerService

@@ -111,10 +111,29 @@ def test_batches_follow_the_schedule_and_ranks_do_not_overlap() -> None:
 
 
 def test_a_producer_that_raises_is_reported_with_its_error() -> None:
-    bad = {"name": "a", "factory": f"{__name__}:RaisesAt", "kwargs": {"bad": 3, "length": 40}}
-    pipe = DataPipeline(_config(datasets=[bad], shuffle=False))
+    bad = {"name": "a", "factory": f"{__name__}:RaisesAt", "kwargs": {"bad": 9, "length": 40}}
+    pipe = DataPipeline(_config(datasets=[bad], shuffle=False))  # batch 1 reads 6..11
     with pytest.raises(DataPipelineError, match=r"producer-\d failed: ValueError: corrupt record"):
         _take(pipe, 4)
+
+
+def test_a_first_batch_that_fails_in_the_rank_is_reported_with_its_error() -> None:
+    bad = {"name": "a", "factory": f"{__name__}:RaisesAt", "kwargs": {"bad": 3, "length": 40}}
+    pipe = DataPipeline(_config(datasets=[bad], shuffle=False))
+    with pytest.raises(DataPipelineError, match=r"first-batch \(in the rank\) failed: "
+                                                r"ValueError: corrupt record 3"):
+        next(pipe)
+    assert mp.active_children() == []  # no stage started for it
+
+
+def test_the_first_batch_made_in_the_rank_leaves_its_random_state_alone() -> None:
+    """The rank makes the first batch with per-sample seeds; its own RNGs go on as before."""
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    with DataPipeline(_config()) as pipe:
+        next(pipe)
+        assert torch.equal(torch.rand(3), expected)
 
 
 def test_a_producer_killed_by_a_signal_is_reported_not_hung() -> None:

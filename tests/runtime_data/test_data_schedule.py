@@ -16,13 +16,15 @@ def _schedule(**kw: object) -> GlobalSchedule:
     return GlobalSchedule(**{**args, **kw})
 
 
-def _global_stream(schedule: GlobalSchedule, state: SamplerState, world: int, batch: int, n: int):
+def _global_stream(
+    schedule: GlobalSchedule, state: SamplerState, world: int, batch: int, n: int
+) -> list[tuple[int, int]]:
     """The samples of n global batches, rank slices concatenated in rank order."""
     its = [
         schedule.rank_batches(state, world_size=world, rank=r, batch_size=batch)
         for r in range(world)
     ]
-    out = []
+    out: list[tuple[int, int]] = []
     for _ in range(n):
         for it in its:
             b = next(it)
