@@ -165,8 +165,8 @@ def stragglers(
     from runtime.telemetry.stragglers import analyze
 
     window_s = parse_window(window)
-    with Store.connect(dsn or default_dsn()) as store:
-        report = analyze(store, run, window_s)
+    with Store.connect(dsn or default_dsn()) as store:  # the table shows no rank's waiting
+        report = analyze(store, run, window_s, waiting=output is not Output.table)
     if output is not Output.table:
         emit([report.as_dict()], output)
         return

@@ -26,7 +26,7 @@ from runtime.crash.bundle import bundling
 from runtime.crash.launch import Launch
 from runtime.crash.where import localize_bundles
 from runtime.errors import RuntimeFailure
-from runtime.fleet import FleetReporter, ServiceSummary, start_monitor
+from runtime.fleet import FleetReporter, ServiceSummary, report_interval, start_monitor
 from runtime.ft.host import ReplicaHost
 from runtime.planner import (
     CapacityPlan,
@@ -136,7 +136,8 @@ def run_training(config: TrainConfig, echo: Printer = print_now,
         _echo_start(config, resume, echo)
         if resume is not None and resume.step >= config.run.steps:
             return TrainResult(run_id, plan, {}, {}, resume, tuple(committed_steps(config)))
-        monitor = start_monitor(run_id, stale_after_s=3 * config.aux.report_interval_s + 2)
+        every_s = report_interval(config.aux.report_interval_s, plan.world_size)
+        monitor = start_monitor(run_id, stale_after_s=3 * every_s + 2)
         progress = start_progress(run_id)
         where = destination(config)
         with printing(progress, echo), recording(where, run_id, echo), \

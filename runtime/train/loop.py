@@ -36,7 +36,7 @@ from runtime.checkpoint.training import TrainState
 from runtime.crash.capture import rank_failures
 from runtime.data.aux_producer import remote_source
 from runtime.diloco.learner import learner_for
-from runtime.fleet import FleetReporter, FleetSink, monitor_name
+from runtime.fleet import FleetReporter, FleetSink, monitor_name, report_interval
 from runtime.ft.replica import Replica, ReplicaSpec, replica_for
 from runtime.planner import CapacityPlan
 from runtime.train.batches import BatchSource, build_batches
@@ -79,9 +79,10 @@ class _Targets:
     def __init__(self, context: LoopContext, services: Services, rank: int) -> None:
         model = context.config.model
         name = model.target_service
+        # Every rank reports to one FleetMonitor: in a large fleet each reports less often.
+        interval = report_interval(context.config.aux.report_interval_s, _ranks(context))
         self.client = AuxClient(
-            services[name], rank, _client_reporter(context.run_id),
-            context.config.aux.report_interval_s,
+            services[name], rank, _client_reporter(context.run_id), interval,
         ) if name else None
         self.local = EncoderService(model.input_dim, model.output_dim, seed=context.config.run.seed)
         point = services[name].refresh if name else None
@@ -208,6 +209,13 @@ def _batches(
     if name is None:
         return replica.batches(config, rank)
     return build_batches(config, rank, remote_source(services[name], who))
+
+
+def _ranks(context: LoopContext) -> int:
+    """Training ranks of the run, over every replica group."""
+    ft = context.config.fault_tolerance
+    groups = ft.replica_groups if ft.enabled else 1
+    return ray.train.get_context().get_world_size() * groups
 
 
 def _global_rank(context: LoopContext, rank: int) -> int:
