@@ -52,15 +52,26 @@ def _cell(figure: Figure | None) -> str:
     return f"{figure.value:,.0f}" if abs(figure.value) >= 100 else f"{figure.value:.3g}"
 
 
+def sizes_of(text: str) -> list[int]:
+    """`125,500,1250` -> fleet sizes in nodes; each a whole number of at least one node."""
+    try:
+        sizes = [int(n) for n in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give node counts >= 1, e.g. 125,500,1250")
+    return sizes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", default="125,500,1250",
+    parser.add_argument("--nodes", type=sizes_of, default=[125, 500, 1250],
                         help="fleet sizes in nodes of 8 GPUs, comma-separated")
     parser.add_argument("--pieces", default=",".join(PIECES),
                         help=f"which pieces to run, comma-separated: {', '.join(PIECES)}")
     options = parser.parse_args()
-    sizes = [int(n) for n in options.nodes.split(",")]
+    sizes = options.nodes
     pieces = options.pieces.split(",")
     unknown = sorted(set(pieces) - set(PIECES))
     if unknown:
