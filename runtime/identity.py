@@ -86,6 +86,8 @@ class Warden:
     INCIDENT: Final = PREFIX + "incident"
     POWER: Final = PREFIX + "power"
     CORDONED_BY: Final = PREFIX + "cordoned-by"
+    CLEARED: Final = PREFIX + "cleared"  # the suspect signals a passed node check cleared
+    CLEARED_UNTIL: Final = PREFIX + "cleared-until"  # RFC 3339, UTC: when they count again
     SHRINK_REQUESTS: Final = PREFIX + "shrink-requests"  # on a RayCluster
     CHECK_RUN: Final = PREFIX + "run"  # on a check Job: the workflow run that started it
 

@@ -51,7 +51,7 @@ def measure(fleet: Fleet, specs: int | None = None, baseline: bool = True) -> li
             Figure("render", "job specs", count, "specs"),
             Figure("render", "cold gkr render", cold, "s"),
             Figure("render", "gkr render, one spec changed", change, "s", goal=1.0),
-            Figure("render", "gkr validate (kustomize of overlays)", validate, "s"),
+            Figure("render", "gkr validate", validate, "s"),
             Figure("render", "kubectl kustomize, every overlay", overlays, "s"),
         ]
         if baseline:

@@ -19,7 +19,9 @@ production one. Faults arrive as a Poisson process at `faults_per_hour_per_1000_
 (the kinds in turn), on distinct nodes; a correlated burst (`burst_fraction` of the fleet's
 nodes, all in one cluster, Xid 79 at once) comes in the middle of the window; healthy nodes
 carry noise below every threshold. A definite fault is cordoned at once, a suspect one after
-its node check fails (the fault is real); a reset cures the node.
+its node check fails (the fault is real); a reset cures the node. A few healthy nodes
+(`false_alarm_fraction`) raise a false alarm from the start: the last-Xid gauge at 74, which
+stays there after their check passes; Warden checks each once, then holds it off.
 
 Figures: detection to cordon of the steady faults, p50 and p99 (fault visible in the double
 -> the PATCH setting spec.unschedulable reaches the API server; goal: detection interval +
@@ -28,7 +30,8 @@ start rate and its first start to last cordon (Warden's work, whatever the sweep
 the burst cluster's Warden CPU per burst node and the busiest replica's share of the burst's
 cordons (how the work splits across replicas), the detection sweep's duration, history
 events per node workflow and per sweep workflow run, the Wardens' peak RSS (goal: the
-Deployment's memory limit), faults injected and missed, false cordons, and the sweep's one
+Deployment's memory limit), faults injected and missed, false cordons, the check Jobs per false
+alarm (goal: one) and the detection sweeps after its check cleared it, and the sweep's one
 list of node events against the per-node lists it replaced (same double, same run).
 
     .venv/bin/python -m benchmarks.fleet.warden --nodes 1250 [--replicas 2]
@@ -64,6 +67,7 @@ from temporalio.testing import WorkflowEnvironment
 from benchmarks.fleet import Figure, Fleet
 from runtime.identity import Env
 from runtime.pods import CheckSuite
+from runtime.warden import memory
 from runtime.warden.cluster import KubeCluster
 from runtime.warden.config import KubernetesSettings, StressSuite, WardenConfig
 from runtime.warden.model import NODE_WORKFLOW, node_workflow_id
@@ -113,6 +117,9 @@ FAULTS = (
     FaultKind("KernelOops", "ambiguous", event="KernelOops"),
 )
 BURST = FAULTS[0]
+# A healthy node's false alarm: its check passes, and the gauge stays at 74 (last Xid seen).
+ALARM = FaultKind("Xid 74 (false alarm)", "ambiguous", XID, 74)
+HELD_SWEEPS = 3  # detection sweeps each false alarm's hold-off sees before the run ends
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,7 @@ class Options:
     window_s: float = 60.0  # how long faults are injected
     faults_per_hour_per_1000_gpus: float = 5.0  # in production time
     burst_fraction: float = 0.05  # of the fleet's nodes, failing at once in one cluster
+    false_alarm_fraction: float = 0.01  # of the fleet's nodes, with an ambiguous false alarm
     replicas: int = 1  # Warden processes per cluster, on its one task queue
     sweep_iterations: int = 100  # sweeps before a sweep workflow continues as new
     seed: int = 15
@@ -181,6 +189,11 @@ class SimCluster:
             self._condition(node, *kind.condition)
         fault.visible_at = time.time()
 
+    def raise_alarm(self, alarm: Fault) -> None:
+        """A false alarm: the gauge shows a suspect Xid on a node whose check passes."""
+        self.prom.set(alarm.kind.metric, alarm.node, 1, alarm.kind.value)
+        alarm.visible_at = time.time()
+
     def cure(self, node: str) -> None:
         """A reset (or repair) cures the fault: the exporter and the kubelet report healthy."""
         fault = self.faulty.pop(node, None)
@@ -223,7 +236,8 @@ class SimCluster:
             "prometheus": {"url": self.prom.url},
             "cloud": {"compute_url": self.gcp.url, "metadata_url": self.gcp.url},
             "detection": {"interval_s": self.options.interval_s,
-                          "events_window_s": base.detection.events_window_s / scale},
+                          "events_window_s": base.detection.events_window_s / scale,
+                          "cleared_holdoff_s": base.detection.cleared_holdoff_s / scale},
             "recovery": {key: getattr(recovery, key) / scale for key in (
                 "sweep_interval_s", "drain_grace_s", "drain_timeout_s", "reboot_timeout_s",
                 "repair_timeout_s", "poll_s")},
@@ -341,8 +355,9 @@ def _status_kib(pid: int, key: str) -> float:
 
 
 def plan_faults(clusters: list[SimCluster], fleet: Fleet, options: Options,
-                rng: random.Random) -> list[tuple[float, Fault]]:
-    """(offset in the window, fault): Poisson arrivals on distinct nodes, and the burst."""
+                rng: random.Random) -> tuple[list[tuple[float, Fault]], list[Fault]]:
+    """(offset in the window, fault): Poisson arrivals on distinct nodes, and the burst; and
+    the false alarms, on other nodes, raised at the start."""
     pool = [(cluster.name, node) for cluster in clusters for node in cluster.nodes]
     rng.shuffle(pool)
     first = clusters[0].name
@@ -350,6 +365,9 @@ def plan_faults(clusters: list[SimCluster], fleet: Fleet, options: Options,
     burst = [spot for spot in pool if spot[0] == first][:size]
     taken = set(burst)
     rest = [spot for spot in pool if spot not in taken]
+    count = max(1, round(options.false_alarm_fraction * fleet.nodes))
+    alarms = [Fault(*spot, ALARM) for spot in rest[:count]]
+    rest = rest[count:]
     planned = [(options.window_s / 2, Fault(*spot, BURST, burst=True)) for spot in burst]
     per_second = (options.faults_per_hour_per_1000_gpus * fleet.gpus / 1000
                   * options.compression / 3600)
@@ -357,7 +375,7 @@ def plan_faults(clusters: list[SimCluster], fleet: Fleet, options: Options,
     while at < options.window_s and rest:  # the kinds in turn: every one shows up
         planned.append((at, Fault(*rest.pop(), FAULTS[steady % len(FAULTS)])))
         at, steady = at + rng.expovariate(per_second), steady + 1
-    return sorted(planned, key=lambda item: item[0])
+    return sorted(planned, key=lambda item: item[0]), alarms
 
 
 async def inject(planned: list[tuple[float, Fault]], clusters: dict[str, SimCluster],
@@ -385,20 +403,34 @@ def node_writes(kube: KubeApiServer) -> tuple[dict[str, list[float]], dict[str, 
     return cordons, checks
 
 
+def clear_times(kube: KubeApiServer) -> dict[str, list[float]]:
+    """When a node check's clearing was written on each node (its hold-off)."""
+    cleared: dict[str, list[float]] = {}
+    for request in list(kube.requests):
+        if request.method == "PATCH" and request.path.startswith("/api/v1/nodes/"):
+            notes = (json.loads(request.raw).get("metadata") or {}).get("annotations") or {}
+            if notes.get(memory.CLEARED):
+                cleared.setdefault(request.path.rsplit("/", 1)[1], []).append(request.at)
+    return cleared
+
+
 def first_after(times: list[float], start: float) -> float | None:
     return min((t for t in times if t >= start), default=None)
 
 
-async def settle(faults: list[Fault], clusters: list[SimCluster], wardens: Wardens,
-                 timeout_s: float) -> None:
-    """Wait until every fault is cordoned, or the time is up."""
+async def settle(faults: list[Fault], alarms: list[Fault], clusters: list[SimCluster],
+                 wardens: Wardens, timeout_s: float) -> None:
+    """Wait until every fault is cordoned and every false alarm held off for HELD_SWEEPS
+    sweeps, or the time is up."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         wardens.check()
         cordons: dict[str, list[float]] = {}
         for cluster in clusters:
             cordons.update(node_writes(cluster.kube)[0])
-        if all(first_after(cordons.get(f.node, []), f.visible_at) for f in faults):
+        held = alarm_states(alarms, clusters).values()
+        if all(first_after(cordons.get(f.node, []), f.visible_at) for f in faults) and all(
+                sweeps is not None and sweeps >= HELD_SWEEPS for _, sweeps in held):
             return
         await asyncio.sleep(0.5)
 
@@ -419,6 +451,7 @@ class Histories:
     """What Temporal holds of the run's workflows."""
 
     node_lengths: list[int] = field(default_factory=list)  # events, per node workflow run
+    held_off: int = 0  # node workflow runs that found their suspect held off
     starts: dict[str, list[float]] = field(default_factory=dict)  # workflow id -> run starts
     cordoned_by: dict[str, list[str]] = field(default_factory=dict)  # id -> cordons' workers
     sweep_lengths: list[int] = field(default_factory=list)  # events, current sweep runs
@@ -440,6 +473,7 @@ async def histories(client: Client, queues: list[str]) -> Histories:
         history = await client.get_workflow_handle(
             execution.id, run_id=execution.run_id).fetch_history()
         found.node_lengths.append(len(history.events))
+        found.held_off += (await execution.memo()).get("phase") == "held-off"
         found.starts.setdefault(execution.id, []).append(execution.start_time.timestamp())
         found.cordoned_by.setdefault(execution.id, []).extend(
             run.worker for run in activity_runs(history.events) if run.name == "warden.cordon")
@@ -505,6 +539,31 @@ def latencies(faults: list[Fault], clusters: list[SimCluster]) -> dict[str, Any]
     return found
 
 
+def alarm_states(alarms: list[Fault], clusters: list[SimCluster]
+                 ) -> dict[str, tuple[int, int | None]]:
+    """Per false alarm: its check Jobs, and the detection sweeps since its check cleared it
+    (None before)."""
+    queries = 1 + len(WardenConfig().detection.metrics)  # per sweep
+    states: dict[str, tuple[int, int | None]] = {}
+    for cluster in clusters:
+        checks, cleared = node_writes(cluster.kube)[1], clear_times(cluster.kube)
+        calls = [call.at for call in list(cluster.prom.calls)]
+        for alarm in (a for a in alarms if a.cluster == cluster.name):
+            since = min(cleared.get(alarm.node, [math.inf]))
+            sweeps = len([at for at in calls if at > since]) // queries
+            states[alarm.node] = (len(checks.get(alarm.node, [])),
+                                  sweeps if since < math.inf else None)
+    return states
+
+
+def alarm_outcome(alarms: list[Fault], clusters: list[SimCluster]) -> tuple[int, int]:
+    """The most check Jobs one false alarm got, and the fewest detection sweeps that ran after
+    a false alarm's check cleared it (how far its hold-off was put to the test)."""
+    states = alarm_states(alarms, clusters).values()
+    return (max((checks for checks, _ in states), default=0),
+            min((sweeps or 0 for _, sweeps in states), default=0))
+
+
 def burst_starts(faults: list[Fault], starts: dict[str, list[float]]) -> list[float]:
     """When the burst's node workflows started, in order."""
     return sorted(min(starts[node_workflow_id(f.node)]) for f in faults
@@ -552,6 +611,7 @@ class Run:
     """What one simulation observed, before it is turned into figures."""
 
     faults: list[Fault]
+    alarms: list[Fault]
     outcome: dict[str, Any]
     histories: Histories
     rss_mib: float
@@ -585,12 +645,16 @@ async def _observe(client: Client, clusters: list[SimCluster], fleet: Fleet, opt
     clock = CpuClock(wardens.pids(clusters[0].name))  # the burst's cluster
     try:
         await _ready(clusters, wardens)
-        planned = plan_faults(clusters, fleet, options, rng)
-        await inject(planned, {c.name: c for c in clusters}, wardens)
+        planned, alarms = plan_faults(clusters, fleet, options, rng)
+        by_name = {c.name: c for c in clusters}
+        for alarm in alarms:
+            by_name[alarm.cluster].raise_alarm(alarm)
+        await inject(planned, by_name, wardens)
         faults = [fault for _, fault in planned]
         patience = 4 * options.interval_s + PREFLIGHT_S / options.compression + 30
-        await settle(faults, clusters, wardens, patience)
+        await settle(faults, alarms, clusters, wardens, patience)
         outcome = latencies(faults, clusters)
+        outcome["alarms"] = alarm_outcome(alarms, clusters)
         found = await histories(client, [f"warden-{c.name}" for c in clusters])
         rss = wardens.peak_rss_mib()
     finally:
@@ -598,7 +662,7 @@ async def _observe(client: Client, clusters: list[SimCluster], fleet: Fleet, opt
         wardens.stop()
     burst_at = min(f.visible_at for f in faults if f.burst)
     cpu = clock.between(burst_at, outcome["last_burst_cordon"])
-    return Run(faults, outcome, found, rss, cpu, event_listing(clusters[0], folder))
+    return Run(faults, alarms, outcome, found, rss, cpu, event_listing(clusters[0], folder))
 
 
 def figures(run: Run, options: Options) -> list[Figure]:
@@ -611,6 +675,7 @@ def figures(run: Run, options: Options) -> list[Figure]:
     workers = Counter(worker for fault in run.faults if fault.burst
                       for worker in found.cordoned_by.get(node_workflow_id(fault.node), []))
     busiest = max(workers.values(), default=0) / max(workers.total(), 1)
+    alarm_checks, sweeps_held = outcome["alarms"]
     return [
         Figure(PIECE, "detect-to-cordon p50", percentile(outcome["definite"], 0.5), "s"),
         _seconds("detect-to-cordon p99", outcome["definite"], 0.99, goal),
@@ -624,6 +689,7 @@ def figures(run: Run, options: Options) -> list[Figure]:
         Figure(PIECE, "burst share of busiest worker", busiest, "share"),
         Figure(PIECE, "detection sweep p99", percentile(found.sweep_s, 0.99), "s"),
         Figure(PIECE, "node workflows", len(found.node_lengths), "runs"),
+        Figure(PIECE, "node workflows held off", found.held_off, "runs"),
         Figure(PIECE, "node history max", max(found.node_lengths, default=0), "events"),
         Figure(PIECE, "node history median", statistics.median(found.node_lengths or [0]),
                "events"),
@@ -632,6 +698,9 @@ def figures(run: Run, options: Options) -> list[Figure]:
         Figure(PIECE, "faults injected", len(run.faults), "faults"),
         Figure(PIECE, "faults missed", outcome["missed"], "faults", 0),
         Figure(PIECE, "false cordons", outcome["false"], "nodes", 0),
+        Figure(PIECE, "false alarms", len(run.alarms), "nodes"),
+        Figure(PIECE, "checks per false alarm max", alarm_checks, "jobs", 1),
+        Figure(PIECE, "sweeps after clearing min", sweeps_held, "sweeps"),
         Figure(PIECE, "node events per-node/one", per_node / one if one else float("nan"), "x"),
     ]
 
@@ -653,7 +722,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1250)
     defaults = Options()
     for name in ("interval_s", "window_s", "faults_per_hour_per_1000_gpus", "burst_fraction",
-                 "replicas", "sweep_iterations", "seed"):
+                 "false_alarm_fraction", "replicas", "sweep_iterations", "seed"):
         default = getattr(defaults, name)
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
     args = vars(parser.parse_args())

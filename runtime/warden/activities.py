@@ -59,10 +59,10 @@ class WardenActivities:
     def all(self) -> list[Any]:
         """Every activity, for the worker's registration."""
         return [
-            self.detect_and_trigger, self.sweep_cordoned, self.run_check, self.cordon,
-            self.cordon_memory, self.set_state, self.workloads, self.notify_owners,
-            self.evict, self.await_no_workloads, self.power, self.await_boot,
-            self.uncordon, self.shrink, self.keep_reservations,
+            self.detect_and_trigger, self.sweep_cordoned, self.held_off, self.run_check,
+            self.clear, self.cordon, self.cordon_memory, self.set_state, self.workloads,
+            self.notify_owners, self.evict, self.await_no_workloads, self.power,
+            self.await_boot, self.uncordon, self.shrink, self.keep_reservations,
         ]
 
     @activity.defn(name="warden.detect_and_trigger")
@@ -115,6 +115,27 @@ class WardenActivities:
             activity.heartbeat(name)
             await asyncio.sleep(self.config.recovery.poll_s)
         return result
+
+    @activity.defn(name="warden.held_off")
+    def held_off(self, node: str, signals: list[str]) -> str:
+        """When the hold-off of these suspect signals ends, or "" when a check is due. Read
+        afresh: a sweep that listed the node just before a check cleared it may trigger it."""
+        notes = memory.notes(self.cluster.get_node(node))
+        return memory.held_off_until(notes, signals, time.time()) or ""
+
+    @activity.defn(name="warden.clear")
+    def clear(self, node: str, reason: str, signals: list[str]) -> str:
+        """Remember that the node check cleared these suspect signals, so that detection starts
+        no new check for them until the hold-off ends; returns its end ("" for none)."""
+        holdoff = self.config.detection.cleared_holdoff_s
+        until = ""
+        if signals and holdoff > 0:
+            patch, until = memory.clear_patch(signals, time.time(), holdoff)
+            self.cluster.patch_node(node, patch)
+        held = f"held off until {until}" if until else "not held off"
+        self.seams.events.record(node, "cleared", reason, f"suspect cleared by the node "
+                                 f"check; {held}")
+        return until
 
     @activity.defn(name="warden.cordon")
     def cordon(self, node: str, reason: str, incident: str) -> CordonOutcome:

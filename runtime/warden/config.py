@@ -30,6 +30,10 @@ class TemporalSettings(_Strict):
     address: str = Field("localhost:7233", description="Temporal frontend host:port.")
     namespace: str = Field("default", description="Temporal namespace of Warden's workflows.")
     task_queue: str = Field("warden", description="Task queue Warden's workers poll.")
+    max_concurrent_activities: int = Field(
+        1000, ge=1, description="Activities one worker runs at once, waits included: at least "
+        "the nodes that may be in an incident together (the cluster's worst correlated "
+        "failure), so that a cordon never queues behind waits (runtime/warden/worker.py).")
 
 
 class KubernetesSettings(_Strict):
@@ -123,6 +127,10 @@ class DetectionConfig(_Strict):
         description="Faulty node event reasons.",
     )
     events_window_s: float = Field(600.0, gt=0, description="How far back events count.")
+    cleared_holdoff_s: float = Field(
+        6 * 3600.0, ge=0, description="After a node check clears a suspect, how long the same "
+        "ambiguous signals start no new check (0: every sweep does); a new or definite signal "
+        "acts at once.")
 
 
 class MemoryConfig(_Strict):

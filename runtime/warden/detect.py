@@ -1,7 +1,9 @@
 """Detection: classify a node from telemetry, conditions and events (pure functions).
 
 A node is `fault` (definite: cordon at once), `suspect` (ambiguous: run the node check) or
-healthy. Values below every threshold never produce a suspicion.
+healthy. Values below every threshold never produce a suspicion, and a suspect whose signals a
+node check cleared recently is held off (memory.held_off_until): the last-Xid gauge, a node
+event and a condition outlive a passed check, and would start a check at every sweep.
 """
 
 from __future__ import annotations
@@ -11,24 +13,29 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from runtime.warden import memory
 from runtime.warden.config import DetectionConfig, MetricRule, Severity
 from runtime.warden.model import Suspicion, Trigger
 
 
 @dataclass(frozen=True)
 class Signal:
-    """One observation that crossed a threshold."""
+    """One observation that crossed a threshold: what people read (with the value) and what
+    raised it (without: the same signal at another value has the same key)."""
 
     severity: Severity
     reason: str
+    key: str
 
 
 def metric_signal(rule: MetricRule, value: float) -> Signal | None:
     """The signal a gauge value raises under its rule, if any."""
-    if rule.definite_at is not None and value >= rule.definite_at:
-        return Signal("definite", f"{rule.metric}={value:g} >= {rule.definite_at:g}")
-    if rule.ambiguous_at is not None and value >= rule.ambiguous_at:
-        return Signal("ambiguous", f"{rule.metric}={value:g} >= {rule.ambiguous_at:g}")
+    levels: tuple[tuple[Severity, float | None], ...] = (
+        ("definite", rule.definite_at), ("ambiguous", rule.ambiguous_at))
+    for severity, level in levels:
+        if level is not None and value >= level:
+            key = f"{rule.metric} >= {level:g}"
+            return Signal(severity, f"{rule.metric}={value:g} >= {level:g}", key)
     return None
 
 
@@ -36,9 +43,9 @@ def xid_signal(config: DetectionConfig, value: float) -> Signal | None:
     """The signal of the last Xid seen on a node's GPUs; application Xids raise none."""
     code = int(value)
     if code in config.xid.definite:
-        return Signal("definite", f"Xid {code}")
+        return Signal("definite", f"Xid {code}", f"Xid {code}")
     if code in config.xid.ambiguous:
-        return Signal("ambiguous", f"Xid {code}")
+        return Signal("ambiguous", f"Xid {code}", f"Xid {code}")
     return None
 
 
@@ -46,7 +53,8 @@ def condition_signals(config: DetectionConfig, node: dict[str, Any]) -> list[Sig
     """Signals of the node's conditions that match a faulty status."""
     current = {c.get("type"): c.get("status") for c in node.get("status", {}).get("conditions", [])}
     return [
-        Signal(rule.severity, f"condition {rule.type}={rule.status}")
+        Signal(rule.severity, f"condition {rule.type}={rule.status}",
+               f"condition {rule.type}={rule.status}")
         for rule in config.conditions
         if current.get(rule.type) == rule.status
     ]
@@ -59,7 +67,8 @@ def event_signals(config: DetectionConfig, events: list[dict[str, Any]]) -> list
         reason = event.get("reason", "")
         counts[reason] = counts.get(reason, 0) + int(event.get("count") or 1)
     return [
-        Signal(rule.severity, f"event {rule.reason} x{counts[rule.reason]}")
+        Signal(rule.severity, f"event {rule.reason} x{counts[rule.reason]}",
+               f"event {rule.reason}")
         for rule in config.events
         if counts.get(rule.reason, 0) >= rule.min_count
     ]
@@ -68,10 +77,20 @@ def event_signals(config: DetectionConfig, events: list[dict[str, Any]]) -> list
 def verdict(node: str, signals: list[Signal]) -> Suspicion | None:
     """Definite beats ambiguous; no signal means healthy."""
     for severity, kind in (("definite", "fault"), ("ambiguous", "suspect")):
-        reasons = sorted(s.reason for s in signals if s.severity == severity)
-        if reasons:
-            return Suspicion(node, Trigger(kind, "; ".join(reasons)))  # type: ignore[arg-type]
+        chosen = [s for s in signals if s.severity == severity]
+        if chosen:
+            reason = "; ".join(sorted(s.reason for s in chosen))
+            keys = tuple(sorted({s.key for s in chosen}))
+            return Suspicion(node, Trigger(kind, reason, signals=keys))  # type: ignore[arg-type]
     return None
+
+
+def held_off(node: dict[str, Any], suspicion: Suspicion, now: float) -> bool:
+    """A suspect whose every signal a node check cleared within the hold-off; a definite
+    fault, or a suspect with a signal the check did not see, is never held off."""
+    if suspicion.trigger.kind != "suspect":
+        return False
+    return memory.held_off_until(memory.notes(node), suspicion.trigger.signals, now) is not None
 
 
 class Detector:
@@ -85,6 +104,7 @@ class Detector:
         nodes = self.cluster.list_nodes(self.config.node_selector)
         telemetry = self._telemetry_signals()
         events = self._recent_events()
+        now = time.time()
         found = []
         for node in nodes:
             if node.get("spec", {}).get("unschedulable"):
@@ -93,7 +113,7 @@ class Detector:
             signals = [*telemetry.get(name, []), *condition_signals(self.config, node)]
             signals += event_signals(self.config, events.get(name, []))
             suspicion = verdict(name, signals)
-            if suspicion is not None:
+            if suspicion is not None and not held_off(node, suspicion, now):
                 found.append(suspicion)
         return found
 

@@ -2,15 +2,18 @@
 
 `cordons` holds the epoch seconds of the cordons still inside the window; the count, the time
 of the last and its reason are written beside it for people and for `gkr warden history`.
+`cleared` holds the suspect signals a passed node check cleared, `cleared-until` when they
+may start a check again; a cordon forgets them (what follows an incident is checked anew).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from runtime.identity import Warden
-from runtime.warden.reservations import TRACKED_JOB, TRACKED_SECONDS
+from runtime.warden.reservations import TRACKED_JOB, TRACKED_SECONDS, parse_stamp, stamp
 
 PREFIX = Warden.PREFIX
 CORDONS = Warden.CORDONS
@@ -21,6 +24,9 @@ STATE = Warden.STATE
 INCIDENT = Warden.INCIDENT
 POWER = Warden.POWER
 OWNED = Warden.CORDONED_BY
+CLEARED = Warden.CLEARED
+CLEARED_UNTIL = Warden.CLEARED_UNTIL
+SIGNALS = "; "  # between the signals of `cleared`
 OWNER = "warden"
 MAX_REASON = 250
 
@@ -57,8 +63,29 @@ def cordon_patch(notes: dict[str, str], now: float, window_s: float, reason: str
         # A faulty node is no job's to reserve: its recovery, not a relaunch, comes next.
         TRACKED_JOB: None,
         TRACKED_SECONDS: None,
+        CLEARED: None,
+        CLEARED_UNTIL: None,
     }
     return {"spec": {"unschedulable": True}, "metadata": {"annotations": new}}, len(times)
+
+
+def clear_patch(signals: Sequence[str], now: float, holdoff_s: float) -> tuple[dict[str, Any], str]:
+    """The node patch that holds these suspect signals off for `holdoff_s`; and its end."""
+    until = stamp(now + holdoff_s)
+    cleared = {CLEARED: SIGNALS.join(sorted(set(signals))), CLEARED_UNTIL: until}
+    return {"metadata": {"annotations": cleared}}, until
+
+
+def held_off_until(notes: dict[str, str], signals: Sequence[str], now: float) -> str | None:
+    """When the hold-off of these suspect signals ends, if it has not: a check cleared every
+    one of them. None when a check is due: a signal it did not see, the hold-off over (or
+    unreadable), or no signals (a trigger from a person)."""
+    until = notes.get(CLEARED_UNTIL, "")
+    end = parse_stamp(until)
+    cleared = set(notes.get(CLEARED, "").split(SIGNALS))
+    if signals and end is not None and now < end and set(signals) <= cleared:
+        return until
+    return None
 
 
 def uncordon_patch() -> dict[str, Any]:

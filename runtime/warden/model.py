@@ -28,6 +28,9 @@ class Trigger:
     kind: TriggerKind
     reason: str
     source: str = "detection"
+    # What raised it, without the values (e.g. "Xid 74", "DCGM_FI_DEV_GPU_TEMP >= 90"): the
+    # key of a suspect's hold-off once its check clears it (memory.held_off_until).
+    signals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from runtime.warden.triggers import request_shrink as start_shrink
 MEMORY_KEYS = {
     "recent_cordons": memory.RECENT, "last_cordon": memory.LAST,
     "reason": memory.REASON, "state": memory.STATE,
+    "cleared": memory.CLEARED, "cleared_until": memory.CLEARED_UNTIL,
 }
 
 

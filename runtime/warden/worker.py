@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -41,21 +42,33 @@ def build_worker(client: Client, config: WardenConfig, seams: Seams,
                  executor: ThreadPoolExecutor) -> Worker:
     """A worker for every Warden workflow and activity on the configured task queue."""
     activities = WardenActivities(config, seams, client)
-    return Worker(
-        client,
-        task_queue=config.temporal.task_queue,
-        workflows=[NodeWorkflow, SweepWorkflow, ShrinkWorkflow],
-        # The sandbox still refuses non-deterministic calls, but imports no module anew for
-        # each workflow run: Warden's workflow modules hold no state, and the re-imports made
-        # a node workflow's first task several times dearer (62 node workflows started at
-        # once reached their cordon in 4.5 s instead of 1.4 s on the same machine, and the
-        # worker's RSS halved; found with benchmarks/fleet/warden.py).
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_all_modules()),
-        activities=activities.all(),
-        activity_executor=executor,
-        graceful_shutdown_timeout=timedelta(seconds=5),
-    )
+    # Every activity in flight holds a slot, waits too (a check, a drain, a reboot: up to
+    # hours); the SDK's default is 100. A node workflow runs one activity at a time, so a queue
+    # never has more in flight than its nodes in an incident plus the sweeps: with that many
+    # slots a cordon never queues behind waits. Many slots on one queue rather than a second
+    # queue for the waits: the waits would need as many slots there (a suspect's check must
+    # not queue behind others' hour-long stress tests either), and a second worker is one more
+    # poller to run and watch. An unused slot costs nothing. The SDK warns when slots exceed
+    # the thread pool, which holds for activities that block; Warden's waits are coroutines,
+    # and a burst of its short blocking ones queues briefly in the pool.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Worker max_concurrent_activities is")
+        return Worker(
+            client,
+            task_queue=config.temporal.task_queue,
+            workflows=[NodeWorkflow, SweepWorkflow, ShrinkWorkflow],
+            # The sandbox still refuses non-deterministic calls, but imports no module anew
+            # for each workflow run: Warden's workflow modules hold no state, and the
+            # re-imports made a node workflow's first task several times dearer (62 node
+            # workflows started at once reached their cordon in 4.5 s instead of 1.4 s on the
+            # same machine, and the worker's RSS halved; found with benchmarks/fleet/warden.py).
+            workflow_runner=SandboxedWorkflowRunner(
+                restrictions=SandboxRestrictions.default.with_passthrough_all_modules()),
+            activities=activities.all(),
+            activity_executor=executor,
+            max_concurrent_activities=config.temporal.max_concurrent_activities,
+            graceful_shutdown_timeout=timedelta(seconds=5),
+        )
 
 
 def sweep_plans(config: WardenConfig) -> dict[str, SweepPlan]:

@@ -7,7 +7,9 @@ step and never repeats a reboot that already happened.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from contextlib import suppress
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -75,15 +77,50 @@ class NodeWorkflow:
     async def _triage(self, first: Trigger) -> CordonOutcome | None:
         if first.kind == "recover":
             return await self._short("warden.cordon_memory", CordonOutcome, self._node)
-        reason = first.reason
-        if first.kind == "suspect":
-            self._phase("checking")
-            result = await self._check("preflight", self._policy.check_timeout_s)
-            if result.passed:
-                self._phase("cleared")
+        reason = first.reason if first.kind == "fault" else await self._suspect(first)
+        return None if reason is None else await self._cordon(reason)
+
+    async def _suspect(self, first: Trigger) -> str | None:
+        """Why a suspect node is cordoned after all (its check failed, or a definite fault
+        joined), or None when it stays in service: held off, or cleared by its check."""
+        # A run started before hold-offs existed (Warden upgraded during its check) replays
+        # without the activity it never scheduled.
+        if workflow.patched("suspect-hold-off"):
+            until = await self._short("warden.held_off", str, self._node, first.signals)
+            if until and self._fault() is None:
+                self._phase("held-off")
+                self._log(f"held off until {until}: a node check cleared {first.reason}")
                 return None
-            reason = "node check failed: " + "; ".join(result.findings or ["no findings"])
-        return await self._cordon(reason)
+        result = await self._check_unless_fault()
+        fault = self._fault()
+        if fault is not None:
+            return fault.reason
+        assert result is not None
+        if not result.passed:
+            return "node check failed: " + "; ".join(result.findings or ["no findings"])
+        until = await self._short("warden.clear", str, self._node, first.reason, first.signals)
+        self._phase("cleared")
+        self._log(f"suspect cleared, held off until {until}" if until else "suspect cleared")
+        return None
+
+    async def _check_unless_fault(self) -> CheckResult | None:
+        """The preflight check, stopped when a definite fault joins meanwhile (None then): a
+        definite signal acts at once, not after a check of minutes."""
+        if self._fault() is not None:
+            return None
+        check = asyncio.create_task(self._check("preflight", self._policy.check_timeout_s))
+        await workflow.wait_condition(lambda: check.done() or self._fault() is not None)
+        if check.done():
+            return check.result()
+        check.cancel()
+        with suppress(asyncio.CancelledError, ActivityError):
+            await check
+        self._log("preflight stopped: a definite fault joined")
+        return None
+
+    def _fault(self) -> Trigger | None:
+        """The first definite fault among the triggers."""
+        return next((t for t in self._triggers if t.kind == "fault"), None)
 
     async def _cordon(self, reason: str) -> CordonOutcome:
         self._cordons += 1

@@ -18,6 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 from generator.catalog import Catalog
 from generator.pods import node_checks
 from runtime.warden.config import WardenConfig, parse_config
+from runtime.warden.interfaces import EventLog
 from runtime.warden.worker import build_worker, ensure_sweeps, real_seams
 from tests.doubles.kube_apiserver import KubeApiServer
 from tests.warden.warden_doubles import CheckJobs, FakeGcp, FakePrometheus
@@ -89,11 +90,11 @@ def doubles(kube: KubeApiServer,
         server.close()
 
 
-def fast_config(temporal: WorkflowEnvironment, doubles: tuple, tmp_path: Path,
+def fast_config(env: WorkflowEnvironment, doubles: tuple, tmp_path: Path,
                 **overrides: Any) -> WardenConfig:
     """A config with second-scale timings, a fresh task queue, and the doubles' addresses."""
     kube, prom, gcp = doubles
-    address = temporal.client.service_client.config.target_host
+    address = env.client.service_client.config.target_host
     raw: dict[str, Any] = {
         "temporal": {"address": address, "task_queue": f"warden-{uuid.uuid4().hex[:8]}"},
         "kubernetes": {"kubeconfig": str(kube.write_kubeconfig(tmp_path / "kubeconfig"))},
@@ -110,17 +111,25 @@ def fast_config(temporal: WorkflowEnvironment, doubles: tuple, tmp_path: Path,
         "activity_timeout_s": 10,
         "heartbeat_s": 3,
     }
+    return parse_config(_merged(raw, overrides), "test")
+
+
+def _merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `overrides` laid over it, mapping by mapping."""
+    merged = dict(base)
     for key, value in overrides.items():
-        raw[key] = {**raw.get(key, {}), **value}
-    return parse_config(raw, "test")
+        inner = merged.get(key)
+        merged[key] = _merged(inner, value) if isinstance(inner, dict) and isinstance(
+            value, dict) else value
+    return merged
 
 
 class RunningWorker:
     """An in-process Warden worker (and its sweeps) on the session loop."""
 
     def __init__(self, loop: Loop, temporal: WorkflowEnvironment, config: WardenConfig,
-                 sweeps: bool = True) -> None:
-        self.loop, self.config = loop, config
+                 sweeps: bool = True, events: EventLog | None = None) -> None:
+        self.loop, self.config, self.events = loop, config, events
         self.executor = ThreadPoolExecutor(max_workers=8)
         self.worker = loop.run(self._build(temporal, config))
         self.task = asyncio.run_coroutine_threadsafe(self.worker.run(), loop.loop)
@@ -129,7 +138,10 @@ class RunningWorker:
 
     async def _build(self, temporal: WorkflowEnvironment, config: WardenConfig) -> Any:
         # A worker binds to the running loop when it is built.
-        return build_worker(temporal.client, config, real_seams(config), self.executor)
+        seams = real_seams(config)
+        if self.events is not None:
+            seams.events = self.events
+        return build_worker(temporal.client, config, seams, self.executor)
 
     def stop(self) -> None:
         self.loop.run(self.worker.shutdown())

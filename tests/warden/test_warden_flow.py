@@ -7,6 +7,7 @@ clients talk to.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,9 +17,10 @@ from temporalio.client import WorkflowExecutionStatus
 
 from runtime.warden import memory
 from runtime.warden.model import Incident, ShrinkRequest, Trigger, node_workflow_id
+from runtime.warden.reservations import parse_stamp, stamp
 from runtime.warden.triggers import request_shrink, trigger_node
 from tests.warden.conftest import RunningWorker, fast_config
-from tests.warden.warden_doubles import gpu_node, running_pod
+from tests.warden.warden_doubles import RecordedEvents, gpu_node, running_pod
 
 pytestmark = pytest.mark.slow
 
@@ -108,13 +110,125 @@ def test_ambiguous_fault_runs_the_check_and_decides(loop, temporal, doubles, che
 
     cleared = result(loop, temporal, "gpu-fine")
     assert cleared.phase == "cleared"
-    assert patches(kube, "gpu-fine") == []
+    assert not [c for c in patches(kube, "gpu-fine") if c.body.get("spec")]  # never cordoned
 
     wait_for("the cordon", lambda: node_of(kube, "gpu-bad")["spec"].get("unschedulable"))
     assert "nccl all-reduce" in notes(kube, "gpu-bad")[memory.REASON]
     prom.set("DCGM_FI_DEV_XID_ERRORS", "gpu-bad", 0, 0)
     prom.set("DCGM_FI_DEV_XID_ERRORS", "gpu-fine", 1, 0)
     assert result(loop, temporal, "gpu-bad").phase == "healthy"
+
+
+XID, DBE = "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+PASS = '{"findings": []}'
+
+
+def preflights(kube, node: str) -> list[dict]:
+    """The preflight check Jobs Warden created for a node (not its stress tests)."""
+    return [job for job in kube.objects("batch", "jobs")
+            if job["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"] == node
+            and job["spec"]["template"]["spec"]["containers"][0]["command"][0] != "dcgmi"]
+
+
+def runs(loop, temporal, node: str) -> int:
+    query = f'WorkflowId = "{node_workflow_id(node)}"'
+    return len(loop.run(_collect(temporal.client.list_workflows(query))))
+
+
+def sweeps(prom, config, count: int) -> None:
+    """Wait until `count` more detection sweeps have queried Prometheus."""
+    queries = 1 + len(config.detection.metrics)  # the Xid gauge and each metric rule
+    target = len(prom.calls) + count * queries
+    wait_for(f"{count} detection sweeps", lambda: len(prom.calls) >= target)
+
+
+def test_cleared_suspect_is_held_off_until_its_signals_change(loop, temporal, doubles,
+                                                              check_jobs, tmp_path):
+    kube, prom, _ = doubles
+    check_jobs.plan = lambda node, argv: (True, PASS, 0.0)
+    config = fast_config(temporal, doubles, tmp_path)
+    events = RecordedEvents()
+    worker = RunningWorker(loop, temporal, config, events=events)
+    try:
+        kube.put(gpu_node("gpu-held"))
+        prom.set(XID, "gpu-held", 2, 74)  # the last-Xid gauge keeps 74 after the check
+        assert result(loop, temporal, "gpu-held").phase == "cleared"
+        held = notes(kube, "gpu-held")
+        assert held[memory.CLEARED] == "Xid 74"
+        hold_off = config.detection.cleared_holdoff_s
+        assert parse_stamp(held[memory.CLEARED_UNTIL]) > time.time() + hold_off - 3600
+        assert [(n, a) for n, a, _, message in events.rows if "held off until" in message] \
+            == [("gpu-held", "cleared")]
+
+        sweeps(prom, config, 2)  # past a sweep that read the node before the hold-off
+        before = runs(loop, temporal, "gpu-held")
+        sweeps(prom, config, 3)
+        assert runs(loop, temporal, "gpu-held") == before  # no workflow, no check Job
+        assert len(preflights(kube, "gpu-held")) == 1
+
+        prom.set(XID, "gpu-held", 3, 94)  # another ambiguous Xid: checked at once
+        wait_for("a check of the new signal", lambda: len(preflights(kube, "gpu-held")) == 2)
+        wait_for("the new hold-off", lambda: notes(kube, "gpu-held")[memory.CLEARED] == "Xid 94")
+
+        prom.set(DBE, "gpu-held", 3, 1)  # definite: never held off
+        wait_for("the cordon", lambda: node_of(kube, "gpu-held")["spec"].get("unschedulable"))
+        assert "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL=1" in notes(kube, "gpu-held")[memory.REASON]
+        assert memory.CLEARED not in notes(kube, "gpu-held")  # a cordon forgets the hold-off
+    finally:
+        worker.stop()
+
+
+def test_a_suspect_held_off_since_its_trigger_runs_no_check(loop, temporal, doubles, warden):
+    kube, _, _ = doubles  # as when a sweep read the node just before a check cleared it
+    until = stamp(time.time() + 3600)
+    kube.put(gpu_node("gpu-raced", **{memory.CLEARED: "Xid 74", memory.CLEARED_UNTIL: until}))
+    suspect = Trigger("suspect", "Xid 74", "detection", ("Xid 74",))
+    loop.run(trigger_node(temporal.client, warden, "gpu-raced", suspect))
+    incident = result(loop, temporal, "gpu-raced")
+    assert incident.phase == "held-off" and preflights(kube, "gpu-raced") == []
+    assert any(f"held off until {until}" in step.what for step in incident.steps)
+
+
+def test_a_definite_fault_stops_a_running_check(loop, temporal, doubles, check_jobs, warden):
+    kube, prom, gcp = doubles
+    # The preflight would run past the test; the stress test after the reboot passes.
+    check_jobs.plan = lambda node, argv: (True, PASS, 0.0 if argv[0] == "dcgmi" else 3600.0)
+    gcp.after_reset = lambda node: [prom.set(metric, node, 0, 0) for metric in (XID, DBE)]
+    kube.put(gpu_node("gpu-slow"))
+    prom.set(XID, "gpu-slow", 0, 74)
+    wait_for("the check", lambda: preflights(kube, "gpu-slow"))
+    prom.set(DBE, "gpu-slow", 0, 1)
+    incident = result(loop, temporal, "gpu-slow")
+    assert incident.phase == "healthy"
+    assert "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL=1" in notes(kube, "gpu-slow")[memory.REASON]
+    assert any("preflight stopped: a definite fault joined" in s.what for s in incident.steps)
+
+
+SDK_DEFAULT_SLOTS = 100  # temporalio's activity slots per worker when it is given no number
+
+
+def test_a_cordon_never_queues_behind_waits(loop, temporal, doubles, check_jobs, tmp_path):
+    kube, _, _ = doubles
+    check_jobs.plan = lambda node, argv: (True, PASS, 3600.0)  # checks outlast the test
+    config = fast_config(temporal, doubles, tmp_path, heartbeat_s=30,
+                         recovery={"poll_s": 2}, checks={"preflight": {"timeout_s": 3600}})
+    suspects = [f"gpu-wait-{n}" for n in range(SDK_DEFAULT_SLOTS)]
+    for node in [*suspects, "gpu-next"]:
+        kube.put(gpu_node(node))
+    worker = RunningWorker(loop, temporal, config, sweeps=False)
+    handles = []
+    try:
+        suspect = Trigger("suspect", "Xid 74", "test")
+        handles = loop.run(_together(*(trigger_node(temporal.client, config, node, suspect)
+                                       for node in suspects)))
+        wait_for("a check waiting on every suspect",
+                 lambda: len(kube.objects("batch", "jobs")) == len(suspects))
+        fault = Trigger("fault", "Xid 79", "test")
+        handles.append(loop.run(trigger_node(temporal.client, config, "gpu-next", fault)))
+        wait_for("the cordon", lambda: node_of(kube, "gpu-next")["spec"].get("unschedulable"))
+    finally:
+        worker.stop()
+        loop.run(_together(*(handle.terminate() for handle in handles)))
 
 
 def test_two_triggers_for_one_node_share_one_workflow(loop, temporal, doubles, tmp_path):
@@ -142,6 +256,10 @@ def test_two_triggers_for_one_node_share_one_workflow(loop, temporal, doubles, t
 
 async def _collect(iterator) -> list:
     return [item async for item in iterator]
+
+
+async def _together(*awaitables) -> list:
+    return list(await asyncio.gather(*awaitables))
 
 
 def test_repeated_cordons_escalate_to_cloud_repair(loop, temporal, doubles, warden):

@@ -9,17 +9,18 @@ from hypothesis import strategies as st
 from runtime.errors import ConfigError
 from runtime.pods import GpuHost, check_job, check_job_name
 from runtime.warden import memory
-from runtime.warden.config import DetectionConfig, parse_config
+from runtime.warden.config import DetectionConfig, MetricRule, parse_config
 from runtime.warden.detect import (
     condition_signals,
     event_signals,
+    held_off,
     metric_signal,
     verdict,
     xid_signal,
 )
 from runtime.warden.gce import instance_path
 from runtime.warden.jobcheck import findings
-from runtime.warden.model import ShrinkRequest
+from runtime.warden.model import ShrinkRequest, Suspicion, Trigger
 from runtime.warden.shrink import shrink_patch
 
 DETECTION = DetectionConfig()
@@ -95,6 +96,40 @@ def test_cordon_memory_counts_only_the_window():
     assert written[memory.CORDONS] == f"{109 * day:.0f},{110 * day:.0f}"
     assert patch["spec"] == {"unschedulable": True}
     assert memory.uncordon_patch()["metadata"]["annotations"][memory.OWNED] is None
+
+
+def test_a_signal_keeps_its_key_whatever_its_value():
+    rule = MetricRule(metric="DCGM_FI_DEV_GPU_TEMP", ambiguous_at=90, definite_at=100)
+    warm, hot, failing = (metric_signal(rule, value) for value in (91, 97, 100))
+    assert warm is not None and hot is not None and failing is not None
+    assert warm.key == hot.key == "DCGM_FI_DEV_GPU_TEMP >= 90" and warm.reason != hot.reason
+    assert failing.severity == "definite" and failing.key == "DCGM_FI_DEV_GPU_TEMP >= 100"
+    oops = event_signals(DETECTION, [{"reason": "KernelOops", "count": 4}])
+    suspicion = verdict("n", [hot, *oops])
+    assert suspicion is not None
+    assert suspicion.trigger.signals == ("DCGM_FI_DEV_GPU_TEMP >= 90", "event KernelOops")
+
+
+def test_a_cleared_suspect_is_held_off_until_the_end_or_a_new_signal():
+    now = 1_000_000.0
+    patch, until = memory.clear_patch(["Xid 74", "event KernelOops"], now, 3600)
+    node = {"metadata": patch["metadata"]}
+
+    def suspect(*signals: str) -> Suspicion:
+        return Suspicion("n", Trigger("suspect", "; ".join(signals), signals=signals))
+
+    assert until == "1970-01-12T14:46:40Z"  # now + 3600 s
+    assert held_off(node, suspect("Xid 74"), now + 60)
+    assert held_off(node, suspect("Xid 74", "event KernelOops"), now + 3599)
+    assert not held_off(node, suspect("Xid 74"), now + 3600)  # the hold-off is over
+    assert not held_off(node, suspect("Xid 74", "Xid 94"), now)  # a signal the check missed
+    assert not held_off(node, Suspicion("n", Trigger("fault", "Xid 74", signals=("Xid 74",))),
+                        now)  # a definite fault acts at once
+    assert not held_off(node, suspect(), now)  # a person's trigger names no signal
+    unreadable = {memory.CLEARED: "Xid 74", memory.CLEARED_UNTIL: "tomorrow"}
+    assert not held_off({"metadata": {"annotations": unreadable}}, suspect("Xid 74"), now)
+    cordon, _ = memory.cordon_patch(memory.notes(node), now, 86400, "Xid 79", "run/1")
+    assert cordon["metadata"]["annotations"][memory.CLEARED] is None  # a cordon forgets it
 
 
 def _raycluster(replicas: int, applied: str = "") -> dict:

@@ -186,6 +186,17 @@ def _check_pod(job: Json, passed: bool, message: str) -> Json:
 
 
 @dataclass
+class RecordedEvents:
+    """Warden's EventLog keeping what it recorded, as (node, action, reason, message): the
+    real ones write a store or a log a test cannot read back as easily."""
+
+    rows: list[tuple[str, str, str, str]] = field(default_factory=list)
+
+    def record(self, node: str, action: str, reason: str, message: str) -> None:
+        self.rows.append((node, action, reason, message))
+
+
+@dataclass
 class FakePrometheus(_Server):
     """Prometheus' instant-query API over DCGM exporter series (one series per GPU)."""
 
