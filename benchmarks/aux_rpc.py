@@ -5,16 +5,21 @@ pyzmq relay through the same number of processes (the limit), all in one run.
 Prints requests per second and p50/p99 latency for 1 KiB, 64 KiB and 1 MiB payloads, one
 request at a time and with a window of 16 in flight, then a fairness measurement: the latency
 of a quiet rank while another rank (its own process) floods the service, on both paths, and
-last the targets of issue 17 beside the figures. The ZeroMQ side runs as in production:
-AuxCoordinator starts the proxy and the worker as Ray actors, each in its own process; the
-Ray side is a plain actor whose method calls the same EchoService. The bare relay is what
-the same three processes do with no layer of ours: a DEALER sends the same bytes to
-`zmq.proxy(ROUTER, DEALER)` in one process, and a loop of `recv_multipart`/`send_multipart`
-echoes them from another.
+last the targets of issue 17 beside the figures. The paths are measured in ROUNDS
+alternating slices, and the quiet rank alone and flooded likewise, so that a change in the
+load of a shared machine meets every path and both states alike.
+
+The ZeroMQ side runs as in production: AuxCoordinator starts the proxy and the worker as Ray
+actors, each in its own process; the Ray side is a plain actor whose method calls the same
+EchoService. The bare relay is what the same three processes do with no layer of ours: a
+DEALER sends the same bytes to `zmq.proxy(ROUTER, DEALER)` in one process, and a loop of
+`recv_multipart`/`send_multipart` echoes them from another.
 
 With --hops it instead shows where one 1 KiB round trip of the ZeroMQ path spends its time:
 the same proxy and worker code runs in plain processes (no Ray), client and worker timing
-their `send_message` and `recv_message` calls on one shared monotonic clock.
+their `send_message` and `recv_message` calls on one shared monotonic clock; and the CPU
+time each process spends per call (all its threads, from the kernel's scheduler
+statistics), beside the bare relay's.
 
 With --refresh it compares a weight refresh (runtime.aux.refresh: a gloo group per worker)
 with sending the same tensors to every worker as RPC payloads, in bytes per second.
@@ -25,6 +30,9 @@ with sending the same tensors to every worker as RPC payloads, in bytes per seco
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import logging
 import multiprocessing
 import os
 import signal
@@ -34,7 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import ray
@@ -54,6 +62,10 @@ from runtime.planner import NodeCapacity, PlanInput, ServiceDemand, WorkerReques
 SIZES = {"1 KiB": 1 << 10, "64 KiB": 64 << 10, "1 MiB": 1 << 20}
 CALLS = {"1 KiB": 3000, "64 KiB": 1500, "1 MiB": 300}
 WINDOW = 16
+# Slices per measurement, alternating between the paths compared (and between a quiet rank
+# alone and flooded): fine enough that the load of a shared machine, which changes from one
+# second to the next, meets every path alike.
+ROUNDS = 30
 FLOOD_WINDOW = 64
 FLOOD_WORK_S = 0.0005
 # Issue 17's targets, all at 1 KiB: ZeroMQ/Ray one call at a time, ZeroMQ/bare relay, the p99
@@ -80,75 +92,168 @@ class RayEcho:
         return self.service.handle(method, payload)
 
 
+class Count:
+    """A counter with the interface of multiprocessing.Value."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
 class Flooder:
-    """The neighbouring rank of the Ray path, in its own process: keeps FLOOD_WINDOW requests
-    of FLOOD_WORK_S in flight until told to stop."""
+    """The neighbouring rank of the Ray path, in its own process: floods while resumed."""
 
     def __init__(self, actor: Any) -> None:
-        self.actor, self.stopped, self.served = actor, threading.Event(), [0]
+        self.actor, self.served = actor, Count()
+        self.on, self.stopped, self.idle = threading.Event(), threading.Event(), threading.Event()
+        self.idle.set()
 
-    def flood(self) -> None:
+    def run(self) -> None:
         work = {"seconds": FLOOD_WORK_S}
-        _flood(lambda: self.actor.handle.remote("sleep", work), ray.get, self.stopped,
-               self.served)
+        _flood(lambda: self.actor.handle.remote("sleep", work), ray.get, self.on, self.stopped,
+               self.idle, self.served)
+
+    def resume(self) -> None:
+        self.on.set()
+
+    def pause(self) -> None:
+        self.on.clear()
+        self.idle.wait(120)
 
     def progress(self) -> int:
-        return self.served[0]
+        return self.served.value
 
     def stop(self) -> None:
         self.stopped.set()
+        self.on.clear()
 
 
-def _zmq_flood(handle: ServiceHandle, stop: Any, served: Any) -> None:
+def _zmq_flood(handle: ServiceHandle, on: Any, stop: Any, idle: Any, served: Any) -> None:
     """The neighbouring rank of the ZeroMQ path: a plain process, as a training rank's is
     (inside a Ray actor its thread waits on the GIL and could not keep the worker busy)."""
     client = AuxClient(handle, rank=0)
-    work, count = {"seconds": FLOOD_WORK_S}, [0]
-    flooding = threading.Thread(target=_flood, args=(
-        lambda: client.submit("sleep", work), client.result, stop, count), daemon=True)
-    flooding.start()
-    while count[0] < FLOOD_WINDOW:  # its window has gone round once: the worker is busy
-        time.sleep(0.01)
-    served.put("flooding")
-    flooding.join()
-    served.put(count[0])
+    work = {"seconds": FLOOD_WORK_S}
+    client.call("echo", work)  # the link is up
+    idle.set()  # ready
+    _flood(lambda: client.submit("sleep", work), client.result, on, stop, idle, served)
     client.close()
 
 
-def _flood(submit: Callable[[], Any], wait: Callable[[Any], Any], stop: Any,
-           served: list[int]) -> None:
-    in_flight = [submit() for _ in range(FLOOD_WINDOW)]
+def _flood(submit: Callable[[], Any], wait: Callable[[Any], Any], on: Any, stop: Any,
+           idle: Any, served: Any) -> None:
+    """Keep FLOOD_WINDOW requests in flight while `on` is set; between floods, let every
+    request finish and set `idle`."""
     while not stop.is_set():
-        wait(in_flight.pop(0))
-        in_flight.append(submit())
-        served[0] += 1
-    for ref in in_flight:
-        wait(ref)
+        if not on.wait(0.05):
+            continue
+        idle.clear()
+        in_flight = [submit() for _ in range(FLOOD_WINDOW)]
+        while on.is_set():
+            wait(in_flight.pop(0))
+            in_flight.append(submit())
+            served.value += 1
+        for ref in in_flight:
+            wait(ref)
+        idle.set()
 
 
-def _sequential(call: Callable[[], Any], count: int) -> Figures:
-    for _ in range(min(200, count)):
-        call()
-    latencies = []
-    started = time.perf_counter()
-    for _ in range(count):
-        t0 = time.perf_counter()
-        call()
-        latencies.append(time.perf_counter() - t0)
-    elapsed = time.perf_counter() - started
+class Flood:
+    """Start and pause a path's flooding rank from here; counts what it had served."""
+
+    def __init__(self, path: str, handle: ServiceHandle, actor: Any) -> None:
+        self.path = path
+        if path == "ray":
+            flooder = ray.remote(Flooder).options(num_cpus=0, max_concurrency=4)
+            self.ray: Any = cast(Any, flooder.remote(actor))  # ActorHandle types no methods
+            self.ray.run.remote()
+            return
+        spawn = multiprocessing.get_context("spawn")
+        self.on, self.stopped, self.idle = spawn.Event(), spawn.Event(), spawn.Event()
+        self.served = spawn.Value("q", 0)
+        self.process = spawn.Process(target=_zmq_flood, daemon=True, args=(
+            handle, self.on, self.stopped, self.idle, self.served))
+        self.process.start()
+
+    def ready(self) -> None:
+        """Returns once the flooding rank has started (its imports would load the machine)."""
+        if self.path == "ray":
+            ray.get(self.ray.progress.remote())
+        else:
+            self.idle.wait(120)
+
+    def count(self) -> int:
+        if self.path == "ray":
+            return int(ray.get(self.ray.progress.remote()))
+        return int(self.served.value)
+
+    def resume(self) -> None:
+        """Returns once its window has gone round once: the worker is busy with it."""
+        start = self.count()
+        if self.path == "ray":
+            ray.get(self.ray.resume.remote())
+        else:
+            self.on.set()
+        deadline = time.monotonic() + 120
+        while self.count() < start + FLOOD_WINDOW and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    def pause(self) -> None:
+        """Returns once every request it sent is answered."""
+        if self.path == "ray":
+            ray.get(self.ray.pause.remote())
+        else:
+            self.on.clear()
+            self.idle.wait(120)
+
+    def close(self) -> None:
+        if self.path == "ray":
+            ray.get(self.ray.stop.remote())
+            ray.kill(self.ray)
+        else:
+            self.stopped.set()
+            self.process.join(30)
+
+
+def _figures(latencies: list[float], elapsed: float) -> Figures:
     p50, p99 = np.percentile(latencies, [50, 99]) * 1e3
-    return Figures(count / elapsed, float(p50), float(p99))
+    return Figures(len(latencies) / elapsed, float(p50), float(p99))
 
 
-def _windowed(submit: Callable[[], Any], wait: Callable[[Any], Any], count: int) -> float:
-    started = time.perf_counter()
-    in_flight = [submit() for _ in range(WINDOW)]
-    for _ in range(count - WINDOW):
-        wait(in_flight.pop(0))
-        in_flight.append(submit())
-    for ref in in_flight:
-        wait(ref)
-    return count / (time.perf_counter() - started)
+def _sequential(calls: dict[str, Callable[[], Any]], count: int) -> dict[str, Figures]:
+    """Each path's calls one at a time, in ROUNDS slices that alternate between the paths."""
+    for call in calls.values():
+        for _ in range(min(200, count)):
+            call()
+    latencies: dict[str, list[float]] = {name: [] for name in calls}
+    elapsed = dict.fromkeys(calls, 0.0)
+    for _ in range(ROUNDS):
+        for name, call in calls.items():
+            started = time.perf_counter()
+            for _ in range(max(1, count // ROUNDS)):
+                t0 = time.perf_counter()
+                call()
+                latencies[name].append(time.perf_counter() - t0)
+            elapsed[name] += time.perf_counter() - started
+    return {name: _figures(latencies[name], elapsed[name]) for name in calls}
+
+
+def _windowed(
+    paths: dict[str, tuple[Callable[[], Any], Callable[[Any], Any]]], count: int
+) -> dict[str, float]:
+    """Requests per second with WINDOW in flight, in alternating slices like _sequential."""
+    done, elapsed = dict.fromkeys(paths, 0), dict.fromkeys(paths, 0.0)
+    for _ in range(ROUNDS):
+        for name, (submit, wait) in paths.items():
+            calls = max(WINDOW, count // ROUNDS)
+            started = time.perf_counter()
+            in_flight = [submit() for _ in range(WINDOW)]
+            for _ in range(calls - WINDOW):
+                wait(in_flight.pop(0))
+                in_flight.append(submit())
+            for ref in in_flight:
+                wait(ref)
+            elapsed[name] += time.perf_counter() - started
+            done[name] += calls
+    return {name: done[name] / elapsed[name] for name in paths}
 
 
 # The bare relay: libzmq's device in one process, an echo loop in another.
@@ -182,7 +287,7 @@ class Relay:
         for process in self.processes:
             process.daemon = True
             process.start()
-        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.connect(address.get(timeout=30))
 
     def call(self, frames: list[Any]) -> None:
@@ -225,7 +330,7 @@ def _compare_sizes(
         payload = {"x": np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)}
         frames = wire.encode_request(1, 0, 0.0, "echo", payload)
         count = CALLS[label] // (5 if quick else 1)
-        paths = {
+        paths: dict[str, tuple[Any, Any, Any]] = {  # call, submit, wait
             "zmq": (lambda p=payload: client.call("echo", p),
                     lambda p=payload: client.submit("echo", p), client.result),
             "relay": (lambda f=frames: relay.call(f), lambda f=frames: relay.submit(f),
@@ -233,12 +338,12 @@ def _compare_sizes(
             "ray": (lambda p=payload: ray.get(actor.handle.remote("echo", p)),
                     lambda p=payload: actor.handle.remote("echo", p), ray.get),
         }
-        figures = {}
-        for name, (call, submit, wait) in paths.items():
-            figures[name] = fig = _sequential(call, count)
-            win = _windowed(submit, wait, count)
+        figures = _sequential({name: call for name, (call, _, _) in paths.items()}, count)
+        windowed = _windowed({name: (submit, wait) for name, (_, submit, wait) in paths.items()},
+                             count)
+        for name, fig in figures.items():
             print(f"{label:>8} {name:>6} {fig.rps:>9.0f} {fig.p50_ms:>8.3f} {fig.p99_ms:>8.3f} "
-                  f"{win:>11.0f}")
+                  f"{windowed[name]:>11.0f}")
         print(f"{label:>8} zmq/ray {figures['zmq'].rps / figures['ray'].rps:.1f}x, "
               f"zmq/relay {figures['zmq'].rps / figures['relay'].rps:.2f} (one at a time)")
         small = small or figures
@@ -246,69 +351,49 @@ def _compare_sizes(
     return small
 
 
-def _quiet_latency(call: Callable[[], Any], count: int) -> float:
-    latencies = []
+def _quiet_latency(call: Callable[[], Any], count: int, into: list[float]) -> None:
     for _ in range(count):
         t0 = time.perf_counter()
         call()
-        latencies.append(time.perf_counter() - t0)
+        into.append(time.perf_counter() - t0)
         time.sleep(0.002)
-    return float(np.percentile(latencies, 99)) * 1e3
 
 
 def _fairness(handle: ServiceHandle, actor: Any, quick: bool) -> dict[str, float]:
-    """Rank 1's p99 alone, then while rank 0, in a process of its own, keeps 64 requests of
-    0.5 ms of work in flight; the ratio by path."""
-    count = 60 if quick else 300
+    """Rank 1's p99 alone, and while rank 0, in a process of its own, keeps 64 requests of
+    0.5 ms of work in flight; the ratio by path. Alone and flooded alternate in ROUNDS
+    slices, as do the paths."""
+    count = 90 if quick else 900
     quiet = AuxClient(handle, rank=1)
     calls = {"zmq": lambda: quiet.call("echo", {}),
              "ray": lambda: ray.get(actor.handle.remote("echo", {}))}
+    floods = {name: Flood(name, handle, actor) for name in calls}
+    for flood in floods.values():
+        flood.ready()
+    alone: dict[str, list[float]] = {name: [] for name in calls}
+    flooded: dict[str, list[float]] = {name: [] for name in calls}
+    served, flood_s = dict.fromkeys(calls, 0), dict.fromkeys(calls, 0.0)
+    for _ in range(ROUNDS):
+        for name, call in calls.items():
+            _quiet_latency(call, max(1, count // ROUNDS), alone[name])
+            floods[name].resume()
+            before, started = floods[name].count(), time.perf_counter()
+            _quiet_latency(call, max(1, count // ROUNDS), flooded[name])
+            served[name] += floods[name].count() - before
+            flood_s[name] += time.perf_counter() - started
+            floods[name].pause()
     print("\nfairness: quiet rank's p99 latency (ms), alone and beside a flooding rank")
     ratios = {}
-    for name, call in calls.items():
-        alone = _quiet_latency(call, count)
-        stop = _start_flood(name, handle, actor)
-        started = time.perf_counter()
-        flooded = _quiet_latency(call, count)
-        elapsed = time.perf_counter() - started  # the zmq flooder's count runs to its stop
-        ratios[name] = flooded / alone
-        print(f"{name:>5}: alone {alone:.3f}  flooded {flooded:.3f}  ({ratios[name]:.1f}x; the "
-              f"flooder had {stop() / elapsed:.0f} requests/s served meanwhile, "
-              f"{FLOOD_WORK_S * 1e3:g} ms each)")
+    for name, flood in floods.items():
+        flood.close()
+        p99_alone, p99_flooded = (float(np.percentile(x, 99)) * 1e3
+                                  for x in (alone[name], flooded[name]))
+        ratios[name] = p99_flooded / p99_alone
+        print(f"{name:>5}: alone {p99_alone:.3f}  flooded {p99_flooded:.3f}  ({ratios[name]:.1f}x;"
+              f" the flooder had {served[name] / flood_s[name]:.0f} requests/s served "
+              f"meanwhile, {FLOOD_WORK_S * 1e3:g} ms each)")
     quiet.close()
     return ratios
-
-
-def _start_flood(name: str, handle: ServiceHandle, actor: Any) -> Callable[[], int]:
-    """Start the flooding rank of a path and return once it floods; returns a function that
-    stops it and says how many of its requests were served meanwhile."""
-    if name == "ray":
-        flooder = ray.remote(num_cpus=0, max_concurrency=2)(Flooder).remote(actor)
-        flooder.flood.remote()
-        while ray.get(flooder.progress.remote()) < FLOOD_WINDOW:
-            time.sleep(0.01)
-        before = ray.get(flooder.progress.remote())
-
-        def stop_ray() -> int:
-            served = int(ray.get(flooder.progress.remote())) - before
-            ray.get(flooder.stop.remote())
-            ray.kill(flooder)
-            return served
-
-        return stop_ray
-    spawn = multiprocessing.get_context("spawn")
-    stopped, served = spawn.Event(), spawn.Queue()
-    process = spawn.Process(target=_zmq_flood, args=(handle, stopped, served), daemon=True)
-    process.start()
-    assert served.get(timeout=120) == "flooding"
-
-    def stop_zmq() -> int:
-        stopped.set()
-        count = int(served.get(timeout=120))
-        process.join(30)
-        return count - FLOOD_WINDOW
-
-    return stop_zmq
 
 
 def _targets(small: dict[str, Figures], flood: dict[str, float]) -> None:
@@ -356,7 +441,8 @@ def _timed_wire(log: list[float]) -> None:
         return parts
 
     for module in (wire, client_module, worker_module):
-        module.recv_message, module.send_message = timed_recv, timed_send
+        setattr(module, "recv_message", timed_recv)  # noqa: B010 (mypy: not every module has it)
+        setattr(module, "send_message", timed_send)  # noqa: B010
 
 
 def _hop_proxy(backend: str, address: Any) -> None:
@@ -375,8 +461,28 @@ def _hop_worker(backend: str, out: Path) -> None:
     np.save(out, np.array(log))
 
 
-def _hop_client(address: str, calls: int) -> tuple[np.ndarray, np.ndarray]:
-    """Clock stamps of `calls` sequential 1 KiB calls: around each call, and client-side."""
+def _cpu_s(pid: int) -> float:
+    """CPU time of every thread of a process so far, from the scheduler's statistics (ns)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+def _cpu_per_call(pids: list[int], calls: int, run: Callable[[], None]) -> list[float]:
+    """Microseconds of CPU per call that each process spends while `run` makes `calls`."""
+    before = [_cpu_s(pid) for pid in pids]
+    run()
+    return [(_cpu_s(pid) - start) / calls * 1e6 for pid, start in zip(pids, before,
+                                                                        strict=True)]
+
+
+def _hop_client(
+    address: str, calls: int, pids: list[int]
+) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Clock stamps of `calls` sequential 1 KiB calls (around each call, and client-side)
+    and the CPU per call of this process and of `pids`."""
     client = AuxClient(ServiceHandle("echo", (Endpoint(address, 1),), 30, 0), rank=0)
     payload = {"x": np.random.default_rng(0).integers(0, 255, SIZES["1 KiB"], dtype=np.uint8)}
     for _ in range(300):
@@ -384,16 +490,21 @@ def _hop_client(address: str, calls: int) -> tuple[np.ndarray, np.ndarray]:
     log: list[float] = []
     _timed_wire(log)
     around = np.empty((calls, 2))
-    for index in range(calls):
-        around[index, 0] = time.perf_counter()
-        client.call("echo", payload)
-        around[index, 1] = time.perf_counter()
+
+    def run() -> None:
+        for index in range(calls):
+            around[index, 0] = time.perf_counter()
+            client.call("echo", payload)
+            around[index, 1] = time.perf_counter()
+
+    cpu = _cpu_per_call([os.getpid(), *pids], calls, run)
     client.close()
-    return around, np.array(log).reshape(calls, 3)
+    return around, np.array(log).reshape(calls, 3), cpu
 
 
-def _hop_stamps(folder: Path, calls: int) -> dict[str, np.ndarray]:
-    """Run proxy and worker in forked processes and the client here; every process's stamps."""
+def _hop_stamps(folder: Path, calls: int) -> tuple[dict[str, np.ndarray], list[float]]:
+    """Run proxy and worker in forked processes and the client here; every process's stamps
+    and CPU per call (client, proxy, worker)."""
     forks = multiprocessing.get_context("fork")
     backend, address = f"ipc://{folder}/hops.sock", forks.Queue()
     proxy = forks.Process(target=_hop_proxy, args=(backend, address))
@@ -401,22 +512,35 @@ def _hop_stamps(folder: Path, calls: int) -> dict[str, np.ndarray]:
     worker = forks.Process(target=_hop_worker, args=(backend, folder / "worker.npy"))
     worker.start()
     time.sleep(1.0)  # the worker connects
-    around, client = _hop_client(address.get(timeout=10), calls)
+    pids = [proxy.pid or 0, worker.pid or 0]
+    around, client, cpu = _hop_client(address.get(timeout=10), calls, pids)
     for process in (worker, proxy):
         process.terminate()
         process.join()
     worker_log = np.load(folder / "worker.npy")[-3 * calls:].reshape(calls, 3)
-    return {"call": around, "client": client, "worker": worker_log}
+    return {"call": around, "client": client, "worker": worker_log}, cpu
+
+
+def _relay_figures(folder: str, calls: int) -> tuple[Figures, list[float]]:
+    """The bare relay's figures one call at a time, and its CPU per call by process."""
+    relay = Relay(folder)
+    frames = wire.encode_request(1, 0, 0.0, "echo", {"x": np.zeros(1024, np.uint8)})
+    call = functools.partial(relay.call, frames)
+    for _ in range(300):
+        call()
+    figures: list[Figures] = []
+    pids = [os.getpid(), *(process.pid or 0 for process in relay.processes)]
+    cpu = _cpu_per_call(pids, calls, lambda: figures.append(
+        _sequential({"relay": call}, calls)["relay"]))
+    relay.close()
+    return figures[0], cpu
 
 
 def _hops(quick: bool) -> None:
     calls = HOP_CALLS // (5 if quick else 1)
     with tempfile.TemporaryDirectory() as folder:
-        stamps = _hop_stamps(Path(folder), calls)
-        relay = Relay(folder)
-        frames = wire.encode_request(1, 0, 0.0, "echo", {"x": np.zeros(1024, np.uint8)})
-        bare = _sequential(lambda: relay.call(frames), calls)
-        relay.close()
+        stamps, cpu = _hop_stamps(Path(folder), calls)
+        bare, bare_cpu = _relay_figures(folder, calls)
     print(f"one 1 KiB call, {calls} in sequence, no Ray: time per hop (us)")
     print(f"{'hop':>42} {'p50':>7} {'mean':>7}")
     total = 0.0
@@ -428,6 +552,10 @@ def _hops(quick: bool) -> None:
     print(f"{'round trip':>42} {np.percentile(trip, 50):>7.1f} {np.mean(trip):>7.1f}"
           f"   (hops add up to {total:.1f} mean)")
     print(f"{'bare relay round trip (same processes)':>42} {bare.p50_ms * 1e3:>7.1f}")
+    print(f"\nCPU per call (us, every thread of each process; the hop timing above adds to "
+          f"the fabric's)\n{'':>14} {'client':>8} {'proxy':>8} {'worker':>8} {'total':>8}")
+    for label, row in (("fabric", cpu), ("bare relay", bare_cpu)):
+        print(f"{label:>14} " + " ".join(f"{x:>8.1f}" for x in (*row, sum(row))))
 
 
 # --refresh: a weight refresh against the same tensors sent through the RPC path.
@@ -522,9 +650,9 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, load average {load} (other work shares them)")
     with tempfile.TemporaryDirectory() as folder:
         relay = Relay(folder)
-        ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING")
+        ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.WARNING)
         coordinator, handle = _start_zmq_service()
-        actor = ray.remote(num_cpus=1)(RayEcho).remote()
+        actor: Any = ray.remote(RayEcho).options(num_cpus=1).remote()
         ray.get(actor.handle.remote("echo", {}))
         try:
             small = _compare_sizes(handle, actor, relay, quick)

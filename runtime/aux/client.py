@@ -4,25 +4,31 @@ Requests are spread over proxies by smooth weighted round-robin, each proxy weig
 worker count, with no spatial affinity (seed §5.2). Each request carries an id, the caller's
 rank (for the workers' fair queues) and a deadline; replies are matched by id, so several
 requests may be in flight. Deadlines are wall-clock times, which assumes the cluster's clocks
-are synchronised (NTP), as they are on GKE nodes.
+are synchronised (NTP), as they are on GKE nodes. A call runs in the caller's thread from end
+to end (encode, send, one blocking receive in C, decode), with no thread hand-off of ours.
 
-The client also applies the service's worker-loss policy. A proxy is a libzmq device that
-cannot tell which worker holds a request, so when it announces that one of its workers
-restarted, every request still pending at that proxy may have been lost: under `retry` the
-client sends each again (at most MAX_ATTEMPTS times; the first reply wins, a later duplicate
-is dropped), under `fail` each raises WorkerLost, which `call` retries like a timeout. A
-request that a live worker held is then served twice or failed needlessly; with one worker
-per proxy the set is exact. A client that misses the notice (it connected after it) falls
-back on the request's deadline.
+The client also applies the service's worker-loss policy, to exactly the requests that the
+lost worker held. A proxy is a libzmq device that keeps no record of which worker it gave a
+request, so when it announces that one of its workers restarted, the client takes a census
+at that proxy: it probes until every live incarnation has answered a probe sent after the
+requests in question, each answer listing the ids it holds (runtime.aux.worker). The links
+keep order and a worker answers a probe only after the replies to what it served before, so
+a request still pending that no live worker holds was with the lost one. Under `retry` the
+client sends each such request again (at most MAX_ATTEMPTS times; the first reply wins, a
+later duplicate is dropped), under `fail` each raises WorkerLost, which `call` retries like
+a timeout. A live worker busy with a long request answers when it is done, so the census
+may wait that long; a client that misses the notice (it connected after it) falls back on
+the request's deadline.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
+import json
+import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
@@ -35,6 +41,7 @@ from runtime.aux.wire import (
     Status,
     decode_body,
     drain,
+    encode_probe,
     encode_reply,
     encode_request,
     read_descriptor,
@@ -45,12 +52,16 @@ from runtime.aux.wire import (
 )
 from runtime.fleet import ClientSample
 
+log = logging.getLogger(__name__)
+
 BUSY_BACKOFF_S = 0.005
 SAMPLE_CAP = 4096
 MAX_ATTEMPTS = 3  # a request lost with three workers is failed rather than sent again
 STALE_BACKOFF_S, STALE_BACKOFF_MAX_S = 0.0005, 0.05
-# A waiting client looks at the proxies' loss notices this often; a reply wakes it sooner.
+# A waiting client looks at the proxies' loss notices this often, and probes again the live
+# workers that have not answered a census yet; a reply wakes it sooner.
 NOTICE_CHECK_S = 0.1
+_NOTICE_CHECK_MS = int(NOTICE_CHECK_S * 1000)
 _SERVED = (Status.OK, Status.ERROR)  # replies that carry the worker's timings
 
 
@@ -67,11 +78,22 @@ class Endpoint:
 @dataclass(slots=True)
 class _Pending:
     deadline: float  # wall clock
-    sent: float  # perf_counter at the first send
+    sent: float  # perf_counter at the first send, when transfer times are reported
     proxy: int  # index of the endpoint it went to; its reply comes back on that socket
     frames: list[Any]  # kept to send again after a worker loss or a STALE answer
+    sequence: int  # number of its latest send among all of this client's sends
     attempts: int = 1  # sends after worker losses
     stale: int = 0  # STALE answers so far
+
+
+@dataclass(slots=True)
+class _Census:
+    """Finding out, after a worker loss at one proxy, which pending requests the lost
+    incarnation held (see the module's doc)."""
+
+    before: int  # sends made when it began: requests last sent before then are in question
+    live: frozenset[int]  # tags of the incarnations live at the proxy, from the notice
+    held: dict[int, set[int]] = field(default_factory=dict)  # by tag that answered
 
 
 @dataclass(frozen=True)
@@ -130,11 +152,15 @@ class AuxClient:
         self._notices = [self._subscribe(context, e.events) for e in handle.endpoints]
         for sock, endpoint in zip(self._sockets, handle.endpoints, strict=True):
             sock.connect(endpoint.address)
-        self._waits = [-1] * len(self._sockets)  # each socket's RCVTIMEO now (ms)
+            sock.rcvtimeo = _NOTICE_CHECK_MS
+        self._waits = [_NOTICE_CHECK_MS] * len(self._sockets)  # each socket's RCVTIMEO now
         self._picker = WeightedRoundRobin([e.weight for e in handle.endpoints])
         self._ids = itertools.count(1)
+        self._sends = 0
         self._pending: dict[int, _Pending] = {}
         self._done: dict[int, list[Any]] = {}  # id -> reply frames
+        self._censuses: dict[int, _Census] = {}  # by proxy index
+        self._probes: dict[int, tuple[int, _Census]] = {}  # probe id -> (proxy, census)
         self._next_check = 0.0
 
     @staticmethod
@@ -172,88 +198,134 @@ class AuxClient:
         deadline = time.time() + self.handle.timeout_s
         frames = encode_request(rid, self.rank, deadline, method, payload, min_version)
         proxy = self._picker.next()
-        send_message(self._sockets[proxy], frames)
-        self._pending[rid] = _Pending(deadline, time.perf_counter(), proxy, frames)
+        sequence = self._send(proxy, frames)
+        sent = time.perf_counter() if self.report is not None else 0.0
+        self._pending[rid] = _Pending(deadline, sent, proxy, frames, sequence)
         return rid
 
+    def _send(self, proxy: int, frames: list[Any]) -> int:
+        """Send to a proxy; returns the number of this send."""
+        send_message(self._sockets[proxy], frames)
+        self._sends += 1
+        return self._sends
+
     def result(self, rid: int) -> dict[str, Any]:
-        """Wait for the reply of `rid`; raises the typed error the reply carries."""
+        """Wait for the reply of `rid`; raises the typed error the reply carries. A STALE
+        answer sends the request again instead."""
         entry = self._pending[rid]
-        while not self._answered(rid, entry):
-            remaining = entry.deadline - time.time()
-            if remaining <= 0:
-                del self._pending[rid]  # a late reply is dropped
-                raise AuxTimeout(f"{self.handle.service}: no reply in {self.handle.timeout_s}s")
-            self._receive(entry.proxy, remaining)
-            if time.monotonic() >= self._next_check:
-                self._check_notices()
+        while True:
+            message = self._done.pop(rid, None) or self._receive(rid, entry)
+            if message is None:
+                continue
+            _, status, wait_s, process_s, _, _ = REPLY.unpack_from(message[0])
+            if status != Status.STALE:
+                break
+            self._resend_later(entry)
         del self._pending[rid]
-        head, *frames = self._done.pop(rid)
-        _, status, wait_s, process_s, _ = REPLY.unpack_from(head)
-        first_try = entry.attempts == 1 and not entry.stale
-        if self.report is not None and status in _SERVED and first_try:
+        if self.report is not None and status in _SERVED and entry.attempts == 1 \
+                and not entry.stale:
             self._observe(time.perf_counter() - entry.sent - wait_s - process_s)
-        return self._unpack(status, head, frames)
+        return self._unpack(status, message)
 
-    def _answered(self, rid: int, entry: _Pending) -> bool:
-        """Whether `rid` has its reply; a STALE one sends the request again instead."""
-        message = self._done.get(rid)
-        if message is None:
-            return False
-        if REPLY.unpack_from(message[0])[1] != Status.STALE:
-            return True
-        self._resend_later(rid, entry)
-        return False
-
-    def _resend_later(self, rid: int, entry: _Pending) -> None:
+    def _resend_later(self, entry: _Pending) -> None:
         """The worker's weights were older than the request asked for: after a short wait
         (longer each time, up to STALE_BACKOFF_MAX_S), send it again; the proxy hands it to
         the next worker, and this one may have caught up meanwhile."""
-        del self._done[rid]
         entry.stale += 1
         time.sleep(min(STALE_BACKOFF_S * 2 ** min(entry.stale, 8), STALE_BACKOFF_MAX_S))
-        send_message(self._sockets[entry.proxy], entry.frames)
+        entry.sequence = self._send(entry.proxy, entry.frames)
 
-    def _receive(self, proxy: int, remaining_s: float) -> None:
-        """Take one reply that came from `proxy`, waiting up to the next notice check. Others
-        stay queued in the socket until a caller waits for them."""
-        sock = self._sockets[proxy]
-        wait_ms = max(1, int(min(remaining_s, NOTICE_CHECK_S) * 1000))
-        if self._waits[proxy] != wait_ms:
-            sock.rcvtimeo = self._waits[proxy] = wait_ms
-        with contextlib.suppress(zmq.Again):
-            self._store(recv_message(sock, heads=1, block=True))
+    def _receive(self, rid: int, entry: _Pending) -> list[Any] | None:
+        """Wait for the next message from the proxy of `rid`, up to the next notice check:
+        the reply of `rid`, or None (another message is kept for its own caller). Raises
+        AuxTimeout once the deadline has passed."""
+        now = time.time()
+        remaining = entry.deadline - now
+        if remaining <= 0:
+            del self._pending[rid]  # a late reply is dropped
+            raise AuxTimeout(f"{self.handle.service}: no reply in {self.handle.timeout_s}s")
+        if now >= self._next_check:
+            self._check_notices()
+        sock = self._sockets[entry.proxy]
+        wait_ms = _NOTICE_CHECK_MS if remaining >= NOTICE_CHECK_S else int(remaining * 1000) + 1
+        if self._waits[entry.proxy] != wait_ms:
+            sock.rcvtimeo = self._waits[entry.proxy] = wait_ms
+        try:
+            message = recv_message(sock, heads=1, block=True)
+        except zmq.Again:
+            return None
+        if request_id(message[0]) == rid:
+            return message
+        self._store(message)
+        return None
 
     def _store(self, message: list[Any]) -> None:
         """Keep a reply whose request still waits; drop one for a request that timed out
-        or was already answered (the duplicate of a request sent again)."""
+        or was already answered (the duplicate of a request sent again). A probe's answer
+        goes to its census."""
         rid = request_id(message[0])
-        if rid in self._pending and rid not in self._done:
-            self._done[rid] = message
+        if rid in self._pending:
+            if rid not in self._done:
+                self._done[rid] = message
+        elif rid in self._probes:
+            self._counted(rid, message)
 
     def _check_notices(self) -> None:
-        self._next_check = time.monotonic() + NOTICE_CHECK_S
+        """Begin a census at each proxy that announced a loss; probe again the live
+        workers that have not answered a census in progress (a probe may have reached a
+        worker that had answered already: the proxy's round-robin is shared)."""
+        self._next_check = time.time() + NOTICE_CHECK_S  # the deadlines' clock
+        for proxy, census in self._censuses.items():
+            self._probe(proxy, census, len(census.live.difference(census.held)))
         for proxy, sock in enumerate(self._notices):
             if sock is None:
                 continue
-            lost = False
-            for _ in drain(sock, heads=1):
-                lost = True
-            if lost:
-                self._worker_lost(proxy)
+            for (notice,) in drain(sock, heads=1):
+                self._begin_census(proxy, json.loads(notice)["live"])
 
-    def _worker_lost(self, proxy: int) -> None:
-        """A worker behind `proxy` restarted: its requests in flight are gone, and which
-        ones it held the proxy cannot tell, so the policy applies to all pending there."""
+    def _begin_census(self, proxy: int, live: Iterable[int]) -> None:
+        """(Re)start the census at `proxy`: every request sent there so far is in question."""
+        census = _Census(self._sends, frozenset(live))
+        self._censuses[proxy] = census
+        self._probe(proxy, census, len(census.live))
+
+    def _probe(self, proxy: int, census: _Census, count: int) -> None:
+        for _ in range(count):
+            rid = next(self._ids)
+            self._probes[rid] = (proxy, census)
+            self._send(proxy, encode_probe(rid, self.rank))
+
+    def _counted(self, rid: int, message: list[Any]) -> None:
+        """A live worker's answer to a probe; with the last one, the census concludes."""
+        proxy, census = self._probes.pop(rid)
+        head, *frames = message
+        fields = REPLY.unpack_from(head)
+        if self._censuses.get(proxy) is not census or fields[1] != Status.HELD:
+            return  # a census that was restarted since the probe was sent
+        body = decode_body(*read_descriptor(head, REPLY), head, frames)
+        census.held[fields[4]] = {int(held) for held in body["held"]}
+        if census.live.issubset(census.held):
+            del self._censuses[proxy]
+            held = set().union(*census.held.values())
+            self._worker_lost(proxy, census.before, held)
+
+    def _worker_lost(self, proxy: int, before: int, held: set[int]) -> None:
+        """Apply the loss policy to the requests sent to `proxy` before the census began
+        that are neither answered nor held by a live worker: the lost one had them."""
         retry = self.handle.on_worker_loss is OnWorkerLoss.RETRY
-        for rid, entry in self._pending.items():
-            if entry.proxy != proxy or rid in self._done:
-                continue
+        lost = [rid for rid, entry in self._pending.items() if entry.proxy == proxy
+                and entry.sequence <= before and rid not in self._done and rid not in held]
+        for rid in lost:
+            entry = self._pending[rid]
             if retry and entry.attempts < MAX_ATTEMPTS:
                 entry.attempts += 1
-                send_message(self._sockets[proxy], entry.frames)
+                entry.sequence = self._send(proxy, entry.frames)
             else:
                 self._done[rid] = encode_reply(rid, Status.LOST)
+        if lost:
+            log.warning("%s: a worker behind %s was lost with %d request(s) of rank %d; %s",
+                        self.handle.service, self.handle.endpoints[proxy].address, len(lost),
+                        self.rank, "sent again" if retry else "failed")
 
     def _observe(self, transfer_s: float) -> None:
         """Transfer time = round trip - queue wait - processing; reported now and then."""
@@ -268,11 +340,12 @@ class AuxClient:
             self._transfers = []
             self.report(sample)
 
-    def _unpack(self, status: int, head: bytes, frames: list[Any]) -> dict[str, Any]:
+    def _unpack(self, status: int, message: list[Any]) -> dict[str, Any]:
         service = self.handle.service
+        head = message[0]
         if status == Status.OK:
             descriptor, offset = read_descriptor(head, REPLY)
-            return decode_body(descriptor, offset, head, frames)
+            return decode_body(descriptor, offset, head, message[1:])
         if status == Status.ERROR:
             failure, _ = read_descriptor(head, REPLY)
             raise RemoteError(service, failure.get("error_type", "Error"), failure.get("error", ""))

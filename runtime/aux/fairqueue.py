@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -52,3 +53,7 @@ class FairQueues(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._heap)
+
+    def __iter__(self) -> Iterator[T]:
+        """The queued items, in no particular order."""
+        return (entry[3] for entry in self._heap)

@@ -7,20 +7,24 @@ a worker whose pipe is full, and the ROUTER routes each reply back by the identi
 that the worker returns with it. No Python runs per message, and the device's thread does
 not hold the GIL.
 
-Beside it runs a control thread. Workers announce themselves (id, incarnation, requests
-queued) on a second IPC socket. When a worker id comes back with a new incarnation (Ray
-restarted it), the requests it held are gone: the proxy publishes a loss notice on a PUB
-socket that every client subscribes to, and each client retries or fails its requests
-pending at this proxy, by the service's policy (runtime.aux.client). Deadlines are kept at
-both ends (the worker answers EXPIRED rather than serve late; the client raises AuxTimeout),
-and back-pressure by the workers' bounded per-rank queues (BUSY). While no worker is
-connected the device reads nothing from the ranks: requests wait in their sockets, bounded
-by their deadlines.
+Beside it runs a control thread, a peer of the frontend ROUTER under the routing id
+CONTROL_ID. Workers announce themselves (id, incarnation and its tag, requests queued)
+through the device itself, addressed to that id like a reply to a client: an announcement
+that arrives proves that the worker's link to the proxy is up, so a worker counts as ready
+only once requests can reach it. When a worker id comes back with a new incarnation (Ray
+restarted it), the requests it held are gone: the proxy publishes a loss notice, with the
+tags of the incarnations now live, on a PUB socket that every client subscribes to, and
+each client finds out which of its requests the lost one held and retries or fails those
+by the service's policy (runtime.aux.client). Deadlines are kept at both ends (the worker
+answers EXPIRED rather than serve late; the client raises AuxTimeout), and back-pressure by
+the workers' bounded per-rank queues (BUSY). While no worker is connected the device reads
+nothing from the ranks: requests wait in their sockets, bounded by their deadlines.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import struct
 import threading
 import time
@@ -34,7 +38,10 @@ import zmq
 from runtime.aux.wire import tune
 from runtime.fleet import ProxySample
 
+log = logging.getLogger(__name__)
+
 POLL_MS = 50  # how often the control thread checks `stop`, the statistics and the report
+CONTROL_ID = b"gkr-proxy-control"  # the control thread's routing id at the frontend
 STATS_INTERVAL_S = 0.05
 # zmq_proxy_steerable's STATISTICS reply: frames and bytes received and sent, frontend then
 # backend (libzmq's zmq_proxy_steerable(3) manual), each as a native 64-bit integer.
@@ -43,11 +50,6 @@ STAT_NAMES = (
     "frontend_frames_in", "frontend_bytes_in", "frontend_frames_out", "frontend_bytes_out",
     "backend_frames_in", "backend_bytes_in", "backend_frames_out", "backend_bytes_out",
 )
-
-
-def control_address(backend: str) -> str:
-    """Where the proxy of `backend` listens for its workers' announcements."""
-    return f"{backend.removesuffix('.sock')}.ctl"
 
 
 def _remove_ipc_file(address: str) -> None:
@@ -59,6 +61,7 @@ def _remove_ipc_file(address: str) -> None:
 @dataclass(slots=True)
 class _Known:
     incarnation: str
+    tag: int  # the incarnation's tag in replies (runtime.aux.wire)
     pending: int
 
 
@@ -79,18 +82,27 @@ class ProxyCore:
         context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self.frontend = tune(context.socket(zmq.ROUTER))
         self.address = f"tcp://{host}:{self.frontend.bind_to_random_port(f'tcp://{host}')}"
+        self.announcements = self._control_peer(context)
         self.events = tune(context.socket(zmq.PUB))
         self.events_address = f"tcp://{host}:{self.events.bind_to_random_port(f'tcp://{host}')}"
         self.backend = tune(context.socket(zmq.DEALER))
         self.backend.bind(backend)
-        self.backend_address, self.control_address = backend, control_address(backend)
-        self.announcements = tune(context.socket(zmq.PULL))
-        self.announcements.bind(self.control_address)
+        self.backend_address = backend
         self._steer, self._device_control = self._steering(context)
         self.workers: dict[str, _Known] = {}
         self.stats = dict.fromkeys(STAT_NAMES, 0)
         self.stop = threading.Event()
         self._next_stats = self._next_report = 0.0
+
+    def _control_peer(self, context: zmq.Context[Any]) -> zmq.Socket:
+        """The control thread's DEALER, linked in-process to the frontend before any worker
+        can connect, so that no announcement finds it missing."""
+        name = f"inproc://gkr-proxy-control-{id(self):x}"
+        self.frontend.bind(name)
+        peer = tune(context.socket(zmq.DEALER))
+        peer.setsockopt(zmq.ROUTING_ID, CONTROL_ID)
+        peer.connect(name)
+        return peer
 
     def _steering(self, context: zmq.Context[Any]) -> tuple[zmq.Socket, zmq.Socket]:
         """A PAIR for the control thread and its peer that the device listens on."""
@@ -128,22 +140,29 @@ class ProxyCore:
         for sock in (self.frontend, self.backend, self.events, self.announcements,
                      self._steer, self._device_control):
             sock.close()
-        for address in (self.backend_address, self.control_address):
-            _remove_ipc_file(address)
+        _remove_ipc_file(self.backend_address)
 
     def _take_announcements(self) -> None:
         while self.announcements.poll(0):
-            self._announced(json.loads(self.announcements.recv()))
+            text = self.announcements.recv()
+            try:
+                self._announced(json.loads(text))
+            except (ValueError, KeyError, TypeError):  # not from a worker of this layer
+                log.warning("%s proxy: ignored an announcement it cannot read: %.200r",
+                            self.service, text)
 
     def _announced(self, message: dict[str, Any]) -> None:
         """Remember the worker; a new incarnation of a known one means it died and
-        restarted, so the requests it held are lost: tell the clients."""
+        restarted, so the requests it held are lost: tell the clients which incarnation
+        was lost and which are live now."""
         worker, incarnation = str(message["worker"]), str(message["incarnation"])
         known = self.workers.get(worker)
+        self.workers[worker] = _Known(incarnation, int(message["tag"]),
+                                      int(message.get("pending", 0)))
         if known is not None and known.incarnation != incarnation:
-            notice = {"worker": worker, "lost": known.incarnation, "new": incarnation}
+            live = [entry.tag for entry in self.workers.values()]
+            notice = {"worker": worker, "lost": known.tag, "live": live}
             self.events.send(json.dumps(notice).encode())
-        self.workers[worker] = _Known(incarnation, int(message.get("pending", 0)))
 
     def _housekeeping(self) -> None:
         now = time.monotonic()

@@ -12,6 +12,11 @@ Arrays under `INLINE_LIMIT` bytes ride at the end of the head frame: a frame of 
 costs more than copying them. Larger arrays and tensors travel as their own frames, sent
 without a copy from `COPY_THRESHOLD` bytes up and mapped by the receiver with
 `numpy.frombuffer`; below it pyzmq copies them, which is cheaper than tracking the buffer.
+
+A request whose head is the bare prefix (no descriptor) is a probe: the worker answers it at
+once, out of turn, with the ids of the requests it holds for the asking client (`HELD`);
+the client uses that to tell which requests a lost worker took with it (runtime.aux.client).
+Every reply names the worker incarnation that sent it by a 64-bit tag.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import math
 import struct
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,13 +40,16 @@ __all__ = [
     "Status",
     "decode_body",
     "drain",
+    "encode_probe",
     "encode_reply",
     "encode_request",
+    "is_probe",
     "read_descriptor",
     "recv_message",
     "request_id",
     "send_message",
     "tune",
+    "waiting",
 ]
 
 # Measured by echoing one frame over loopback TCP, copied vs zero-copy both ways: a copy wins
@@ -55,7 +63,8 @@ _PADS = [bytes(n) for n in range(_ALIGN)]
 # id, rank, lowest weight version that may serve it (runtime.aux.refresh), deadline (wall
 # clock; 0: none), descriptor length
 REQUEST = struct.Struct("<QIIdI")
-REPLY = struct.Struct("<QBddI")  # id, status, queue wait s, processing s, descriptor length
+# id, status, queue wait s, processing s, tag of the worker incarnation, descriptor length
+REPLY = struct.Struct("<QBddQI")
 _ID = struct.Struct("<Q")  # both prefixes start with the request id
 
 # Distinct descriptors remembered per process (a service sees a few methods and shapes);
@@ -76,12 +85,14 @@ class Status:
     LOST = 3  # the worker died with the request in flight
     EXPIRED = 4  # the deadline passed before the request was served
     STALE = 5  # the worker's weights are older than the request's minimum version; resent
+    HELD = 6  # the answer to a probe: the ids of the asking client's requests the worker holds
 
 
 # Plain ints: pyzmq's enum arithmetic shows up in profiles of the forwarding loop.
-_EVENTS, _POLLIN, _NOBLOCK, _SNDMORE = (
-    int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK), int(zmq.SNDMORE)
-)
+_POLLIN, _NOBLOCK, _SNDMORE = int(zmq.POLLIN), int(zmq.NOBLOCK), int(zmq.SNDMORE)
+# pyzmq's compiled socket methods. zmq.Socket.send wraps its own in Python for options this
+# layer never uses (routing_id, group), which costs more than the libzmq call it makes.
+_SEND, _RECV = zmq.backend.Socket.send, zmq.backend.Socket.recv
 
 
 def tune(sock: zmq.Socket) -> zmq.Socket:
@@ -92,32 +103,46 @@ def tune(sock: zmq.Socket) -> zmq.Socket:
 
 
 def recv_message(sock: zmq.Socket, heads: int, block: bool = False) -> list[Any]:
-    """One message: its first `heads` frames (identities, head) as bytes, the array frames
-    after them as zmq.Frames, whose memory numpy maps without a copy. (A Frame knows whether
-    more follow; asking the socket for RCVMORE costs more.) Without `block` the caller knows
-    a message waits; with it, the socket's RCVTIMEO bounds the wait (zmq.Again after it):
-    one blocking call in C is the cheapest way for a thread to sleep until a message comes."""
-    frame = sock.recv(0 if block else _NOBLOCK, copy=False)
-    parts: list[bytes | zmq.Frame] = [frame.bytes]
+    """One message: its first `heads` frames (with 2, a routing identity and the head; with
+    1, the head) as bytes, the array frames after them as zmq.Frames, whose memory numpy
+    maps without a copy. (A Frame knows whether more follow; asking the socket for RCVMORE
+    costs more. An identity is always followed by more, so it is read straight as bytes.)
+    Without `block` the caller knows a message waits; with it, the socket's RCVTIMEO bounds
+    the wait (zmq.Again after it): one blocking call in C is the cheapest way for a thread
+    to sleep until a message comes."""
+    flags = 0 if block else _NOBLOCK
+    parts: list[bytes | zmq.Frame] = []
+    if heads == 2:
+        parts.append(_RECV(sock, flags))
+        flags = 0
+    frame = _RECV(sock, flags, False)
+    parts.append(frame.bytes)
     while frame.more:
-        frame = sock.recv(0, copy=False)
+        frame = _RECV(sock, 0, False)
         parts.append(frame.bytes if len(parts) < heads else frame)
     return parts
 
 
 def send_message(sock: zmq.Socket, frames: Sequence[Any]) -> None:
-    """Send frames as one message; each is copied or not by the socket's copy_threshold."""
+    """Send frames as one message; each is copied below the socket's copy_threshold, not
+    above it. Small bytes (heads, identities) are copied by the direct path, which skips
+    the threshold test."""
     last = len(frames) - 1
     for index, frame in enumerate(frames):
-        sock.send(frame, _SNDMORE if index < last else 0, copy=False)
+        small = type(frame) is bytes and len(frame) < COPY_THRESHOLD
+        _SEND(sock, frame, _SNDMORE if index < last else 0, small)
+
+
+def waiting(sock: zmq.Socket) -> bool:
+    """Whether a message waits on `sock`. A poll without timeout costs less than reading
+    ZMQ_EVENTS (pyzmq looks the option up in a Python enum) or provoking zmq.Again."""
+    return bool(zmq.zmq_poll([(sock, _POLLIN)], 0))
 
 
 def drain(sock: zmq.Socket, heads: int, ready: bool = False) -> Iterator[list[Any]]:
     """Every message waiting on `sock`, without blocking; `ready` when a poll just said a
-    message is there. Asks the socket's event state rather than provoking zmq.Again."""
-    # ZMQ_EVENTS is an int option, but pyzmq types every option looked up by number as
-    # int | bytes.
-    while ready or cast(int, sock.getsockopt(_EVENTS)) & _POLLIN:
+    message is there."""
+    while ready or waiting(sock):
         ready = False
         yield recv_message(sock, heads)
 
@@ -127,12 +152,20 @@ def request_id(head: bytes) -> int:
     return _ID.unpack_from(head)[0]
 
 
+def encode_probe(rid: int, rank: int) -> list[Any]:
+    """A probe: a request head without a descriptor."""
+    return [REQUEST.pack(rid, rank, 0, 0.0, 0)]
+
+
+def is_probe(head: bytes) -> bool:
+    """Whether a request head is a probe (it has no descriptor, not even a method)."""
+    return len(head) == REQUEST.size
+
+
 def _as_array(value: Any) -> tuple[np.ndarray, bool] | None:
     """The C-contiguous array behind a payload value, and whether it was a tensor; None for
-    a plain value. Plain ndarrays are tested first: they are the common case."""
-    if type(value) is np.ndarray:
-        array, is_tensor = value, False
-    elif isinstance(value, torch.Tensor):
+    a plain value."""
+    if isinstance(value, torch.Tensor):
         array, is_tensor = value.detach().cpu().numpy(), True
     elif isinstance(value, np.ndarray):
         array, is_tensor = value, False
@@ -151,19 +184,34 @@ def _split(payload: Mapping[str, Any]) -> tuple[dict[str, Any], tuple, list[Any]
     inline: list[Any] = []
     frames: list[Any] = []
     for key, value in payload.items():
-        found = _as_array(value)
-        if found is None:
-            meta[key] = value
-            continue
-        array, is_tensor = found
+        if type(value) is np.ndarray and value.flags.c_contiguous:  # the common case
+            array, is_tensor = value, False
+        else:
+            found = _as_array(value)
+            if found is None:
+                meta[key] = value
+                continue
+            array, is_tensor = found
         nbytes = array.nbytes
         small = nbytes < INLINE_LIMIT
         specs.append((key, array.dtype.str, array.shape, is_tensor, small))
         if small:
             inline += (array, _PADS[-nbytes % _ALIGN])
         else:
-            frames.append(array.reshape(-1).view(np.uint8).data)
+            frames.append(_received(array) or array.reshape(-1).view(np.uint8).data)
     return meta, tuple(specs), inline, frames
+
+
+def _received(array: np.ndarray) -> zmq.Frame | None:
+    """The received frame that `array` maps whole, if it does (a service that returns what
+    it was sent): sending that frame again shares libzmq's buffer, where a new frame of the
+    array would be copied or tracked for pyzmq's garbage collector."""
+    base = array.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, zmq.Frame) and len(base) == array.nbytes:
+        return base
+    return None
 
 
 def _describe(
@@ -216,10 +264,12 @@ def encode_request(
 def encode_reply(
     rid: int, status: int, payload: Mapping[str, Any] | None = None,
     timing: tuple[float, float] = (0.0, 0.0), failure: dict[str, str] | None = None,
+    worker: int = 0,
 ) -> list[Any]:
-    """A reply's frames; `timing` is the worker's (queue wait, processing) in seconds."""
+    """A reply's frames; `timing` is the worker's (queue wait, processing) in seconds,
+    `worker` the tag of the worker incarnation that answers."""
     fields = tuple(failure.items()) if failure else ()
-    return _encode(REPLY, (rid, status, *timing), fields, payload)
+    return _encode(REPLY, (rid, status, *timing, worker), fields, payload)
 
 
 def read_descriptor(head: bytes, prefix: struct.Struct) -> tuple[Mapping[str, Any], int]:
@@ -243,12 +293,12 @@ def read_descriptor(head: bytes, prefix: struct.Struct) -> tuple[Mapping[str, An
 
 
 def _plan(descriptor: Mapping[str, Any]) -> tuple[tuple[Any, ...], ...]:
-    """Per array: key, dtype, shape, tensor?, inline?, element count, inline bytes padded."""
+    """Per array: key, dtype, shape, tensor?, inline?, inline bytes padded."""
     plan = []
     for key, dtype, shape, is_tensor, small in descriptor.get("arrays", ()):
         kind, count = np.dtype(dtype), math.prod(shape)
         span = count * kind.itemsize
-        plan.append((key, kind, tuple(shape), is_tensor, small, count, span + -span % _ALIGN))
+        plan.append((key, kind, tuple(shape), is_tensor, small, span + -span % _ALIGN))
     return tuple(plan)
 
 
@@ -261,9 +311,9 @@ def decode_body(
     payload: dict[str, Any] = dict(descriptor.get("meta", ()))
     plan = _PLANS.get(id(descriptor)) or _plan(descriptor)
     large = iter(frames)
-    for key, kind, shape, is_tensor, small, count, span in plan:
+    for key, kind, shape, is_tensor, small, span in plan:
         if small:
-            array = np.frombuffer(head, kind, count, offset).reshape(shape)
+            array = np.ndarray(shape, kind, head, offset)  # read-only: bytes are
             offset += span
             payload[key] = torch.from_numpy(array.copy()) if is_tensor else array
         else:

@@ -3,9 +3,15 @@
 The worker takes requests from the proxy over one long-lived IPC socket. Requests go into one
 bounded queue per training rank and are served round-robin (seed §5.2); a full queue answers
 BUSY at once, which is the back-pressure the client sees. Serving and socket I/O share one
-thread because ZeroMQ sockets must not be shared between threads. A second IPC socket
-announces the worker to the proxy (id, incarnation, requests queued): the proxy learns from
-a new incarnation that a restarted worker lost what it held.
+thread because ZeroMQ sockets must not be shared between threads; a request that finds the
+worker idle and nothing else waiting is served at once, without passing through the queues.
+
+The worker announces itself (id, incarnation, requests queued) through the same socket, to
+the proxy's control peer (runtime.aux.proxy): so the proxy counts a worker as ready only
+once its link works both ways, and learns from a new incarnation that a restarted worker
+lost what it held. A probe (runtime.aux.wire) is answered out of turn with the ids of the
+asking client's requests still queued here, and every reply carries this incarnation's tag,
+so that a client can tell exactly which of its requests a lost worker took with it.
 
 A service whose weights training refreshes (runtime.aux.refresh) gets each new version
 between two requests, so no request sees half of one; a request asking for a newer version
@@ -24,10 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+import numpy as np
 import zmq
 
 from runtime.aux.fairqueue import FairQueues
-from runtime.aux.proxy import control_address
+from runtime.aux.proxy import CONTROL_ID
 from runtime.aux.refresh import RefreshableService, RefreshError, RefreshPoint, WeightSubscriber
 from runtime.aux.services import AuxService
 from runtime.aux.wire import (
@@ -40,6 +47,7 @@ from runtime.aux.wire import (
     recv_message,
     send_message,
     tune,
+    waiting,
 )
 from runtime.fleet import WorkerSample
 
@@ -83,6 +91,7 @@ class WorkerCore:
         self.service_name, self.worker_id, self.address = service_name, worker_id, address
         self.service, self.report, self.report_interval_s = service, report, report_interval_s
         self.incarnation = uuid.uuid4().hex
+        self.tag = int(self.incarnation[:16], 16)  # names this incarnation in every reply
         self.version = 0  # of the weights in use; 0: the service's own
         self.subscriber = self._subscribe(refresh)
         self.queues: FairQueues[_Request] = FairQueues(queue_size)
@@ -104,69 +113,73 @@ class WorkerCore:
         sock = tune(context.socket(zmq.DEALER))
         sock.rcvtimeo = IDLE_POLL_MS  # an idle worker's blocking receive returns this often
         sock.connect(self.address)
-        announce = tune(context.socket(zmq.PUSH))
-        announce.connect(control_address(self.address))
         try:
             while not self.stop.is_set():
-                self._tick(sock, announce)
+                self._tick(sock)
         finally:
             sock.close()
-            announce.close()
             if self.subscriber is not None:
                 self.subscriber.close()
 
-    def _tick(self, sock: zmq.Socket, announce: zmq.Socket) -> None:
+    def _tick(self, sock: zmq.Socket) -> None:
         if self.subscriber is not None:
             self._refresh(self.subscriber)
         request = self._next(sock)
         if request is not None:
             self._serve(sock, request)
         if time.monotonic() >= self._next_report:
-            self._heartbeat(announce)
+            self._heartbeat(sock)
 
     def _next(self, sock: zmq.Socket) -> _Request | None:
-        """The request to serve now. Everything that arrived is taken into the bounded fair
-        queues first (drain does not block), so that they choose among all of it and refuse
-        what does not fit. Idle, the worker sleeps in one blocking receive until a request
-        comes or IDLE_POLL_MS pass; a request that then finds nothing else waiting has no one
-        to be fair to, and is served at once."""
-        if not len(self.queues):
+        """The request to serve now. Idle (the queues empty and nothing waiting), the worker
+        sleeps in one blocking receive until a request comes or IDLE_POLL_MS pass; that
+        request has no one to be fair to and is served at once. Otherwise everything that
+        arrived is taken into the bounded fair queues first (drain does not block), so that
+        they choose among all of it and refuse what does not fit. The look for waiting
+        messages comes before the sleep, while the last reply travels, not after it."""
+        if not self.queues and not waiting(sock):
             try:
-                first = self._request(recv_message(sock, heads=2, block=True))
+                return self._take_in(sock, recv_message(sock, heads=2, block=True))
             except zmq.Again:
                 return None
-            more = list(drain(sock, heads=2))
-            if not more:
-                return first
-            self._admit(sock, first)
-            for message in more:
-                self._admit(sock, self._request(message))
-        else:
-            for message in drain(sock, heads=2):
-                self._admit(sock, self._request(message))
+        for message in drain(sock, heads=2):
+            request = self._take_in(sock, message)
+            if request is not None:
+                self._admit(sock, request)
         return self.queues.take()
 
-    @staticmethod
-    def _request(message: list[Any]) -> _Request:
+    def _take_in(self, sock: zmq.Socket, message: list[Any]) -> _Request | None:
+        """A received request; None for a probe, which is answered here."""
         client, head, *frames = message
-        rid, rank, min_version, deadline, _ = REQUEST.unpack_from(head)
+        rid, rank, min_version, deadline, length = REQUEST.unpack_from(head)
+        if not length:
+            self._answer_probe(sock, client, rid)
+            return None
         return _Request(client, rid, rank, min_version, deadline, head, frames, time.time())
+
+    def _answer_probe(self, sock: zmq.Socket, client: bytes, rid: int) -> None:
+        """The ids of the requests of `client` that wait here. None is in service (this
+        thread is), and the replies of those served already went out before this answer."""
+        held = np.array([r.rid for r in self.queues if r.client == client], dtype=np.uint64)
+        reply = encode_reply(rid, Status.HELD, {"held": held}, worker=self.tag)
+        send_message(sock, [client, *reply])
 
     def _admit(self, sock: zmq.Socket, request: _Request) -> None:
         """Queue one request for its rank, or refuse it when the rank's queue is full."""
         if not self.queues.offer(request.rank, request):
-            send_message(sock, [request.client, *encode_reply(request.rid, Status.BUSY)])
+            reply = encode_reply(request.rid, Status.BUSY, worker=self.tag)
+            send_message(sock, [request.client, *reply])
 
     def _serve(self, sock: zmq.Socket, request: _Request) -> None:
         started = time.time()
         waited = started - request.arrived
         self._sample.queue_wait_s.append(waited)
         if request.deadline and started > request.deadline:
-            reply = encode_reply(request.rid, Status.EXPIRED)
+            reply = encode_reply(request.rid, Status.EXPIRED, worker=self.tag)
         elif request.min_version > self.version or (
             self.subscriber is not None and self.subscriber.floor > self.version
         ):
-            reply = encode_reply(request.rid, Status.STALE)
+            reply = encode_reply(request.rid, Status.STALE, worker=self.tag)
         else:
             reply = self._handle(request, started, waited)
         send_message(sock, [request.client, *reply])
@@ -199,19 +212,22 @@ class WorkerCore:
         processed = time.time() - started
         self._sample.process_s.append(processed)
         self._sample.served += 1
+        timing = (waited, processed)
         try:
-            return encode_reply(request.rid, status, result, (waited, processed), failure)
+            return encode_reply(request.rid, status, result, timing, failure, self.tag)
         except Exception as error:  # a result the wire cannot carry (not JSON, not a dict)
             failure = {"error_type": type(error).__name__, "error": f"reply: {error}"}
-            return encode_reply(request.rid, Status.ERROR, None, (waited, processed), failure)
+            return encode_reply(request.rid, Status.ERROR, None, timing, failure, self.tag)
 
-    def _heartbeat(self, announce: zmq.Socket) -> None:
-        """Announce this incarnation to the proxy and report metrics to the FleetMonitor."""
+    def _heartbeat(self, sock: zmq.Socket) -> None:
+        """Announce this incarnation to the proxy through the request socket (until it is
+        linked, the announcement waits in the socket) and report metrics to the
+        FleetMonitor."""
         self._next_report = time.monotonic() + self.report_interval_s
-        ready = {"worker": self.worker_id, "incarnation": self.incarnation,
+        ready = {"worker": self.worker_id, "incarnation": self.incarnation, "tag": self.tag,
                  "pending": len(self.queues)}
-        with contextlib.suppress(zmq.Again):  # a proxy not listening yet hears the next one
-            announce.send(json.dumps(ready).encode(), zmq.NOBLOCK)
+        with contextlib.suppress(zmq.Again):  # a full link drops it: the next one follows
+            sock.send_multipart([CONTROL_ID, json.dumps(ready).encode()], zmq.NOBLOCK)
         sample, self._sample = self._sample, WorkerSample(
             self.service_name, self.worker_id, self.incarnation, 0, 0, 0
         )

@@ -49,7 +49,8 @@ class Fabric:
         return AuxClient(handle, rank)
 
     def close(self) -> None:
-        for core in [self.proxy, *self.workers]:
-            core.stop.set()
+        self.proxy.stop.set()
+        for worker in self.workers:
+            worker.stop.set()
         for thread in self.threads:
             thread.join(timeout=30)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,7 @@ from runtime.aux.client import AuxClient, Endpoint, ServiceHandle
 from runtime.aux.config import OnWorkerLoss
 from runtime.aux.errors import AuxBusy, AuxTimeout, RemoteError, WorkerLost
 from runtime.aux.services import EchoService
+from runtime.fleet import ClientSample
 from tests.runtime_train.fabric import Fabric
 
 
@@ -150,8 +153,74 @@ def test_restarted_worker_triggers_the_loss_policy(tmp_path: Path, policy: OnWor
         built.close()
 
 
+class CrashOrHold(EchoService):
+    """`crash` kills the worker that serves it the first time, as CrashOnce does; `hold`
+    keeps its worker busy until the test opens the gate."""
+
+    crashed = False
+
+    def __init__(self, gate: threading.Event) -> None:
+        self.gate = gate
+
+    def handle(self, method: str, payload: dict) -> dict:
+        if method == "crash" and not CrashOrHold.crashed:
+            CrashOrHold.crashed = True
+            raise SystemExit
+        if method == "hold":
+            self.gate.wait(30)
+        return {"served": method}
+
+
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_worker_loss_fails_only_the_requests_that_worker_held(tmp_path: Path) -> None:
+    """Two workers behind one proxy, which deals requests to them in turn: X serves `hold`
+    with `echo` queued behind it, Y serves `echo` then dies serving `crash`. The loss policy
+    (here: fail) meets only `crash`; what X held, in service and queued, is answered."""
+    built, gate = Fabric(tmp_path, OnWorkerLoss.FAIL, 64), threading.Event()
+    CrashOrHold.crashed = False
+    try:
+        for worker_id in ("w0", "w1"):
+            built.add_worker(worker_id, CrashOrHold(gate))
+        client = built.client(0)
+        hold, first, queued, crash = (client.submit(method, {}) for method in
+                                      ("hold", "echo", "echo", "crash"))  # X, Y, X, Y
+        workers = built.threads[1:]
+        _wait_for(lambda: not all(t.is_alive() for t in workers), "no worker died")
+        lost = built.workers[[t.is_alive() for t in workers].index(False)]
+        built.add_worker(lost.worker_id, CrashOrHold(gate))  # restarted: a new incarnation
+        outcome: list[Any] = []
+        waiting = threading.Thread(target=lambda: outcome.append(_outcome(client, crash)))
+        waiting.start()
+        # The client probes both live workers (each probe: identity and head frames, after
+        # the 4 x 2 of the requests); X can answer only once `hold` is done.
+        _wait_for(lambda: built.proxy.stats["frontend_frames_in"] > 8 or not waiting.is_alive(),
+                  "the client never probed the live workers")
+        gate.set()
+        waiting.join(30)
+        assert isinstance(outcome[0], WorkerLost)
+        assert [client.result(rid) for rid in (hold, first, queued)] == [
+            {"served": "hold"}, {"served": "echo"}, {"served": "echo"}]
+    finally:
+        gate.set()
+        built.close()
+
+
+def _outcome(client: AuxClient, rid: int) -> Any:
+    try:
+        return client.result(rid)
+    except WorkerLost as error:
+        return error
+
+
 def test_client_reports_transfer_time_net_of_wait_and_processing(fabric: Fabric) -> None:
-    reports = []
+    reports: list[ClientSample] = []
     handle = ServiceHandle("echo", (Endpoint(fabric.proxy.address, 1),), 5.0, 0)
     client = AuxClient(handle, rank=2, report=reports.append, report_interval_s=0.0)
     client.call("sleep", {"seconds": 0.2})

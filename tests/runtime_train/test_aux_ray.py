@@ -3,6 +3,7 @@ killed mid-stream."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Mapping
 
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING")
+    ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.WARNING)
     yield
     ray.shutdown()
 

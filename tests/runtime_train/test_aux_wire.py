@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,8 +19,10 @@ from runtime.aux.wire import (
     REQUEST,
     Status,
     decode_body,
+    encode_probe,
     encode_reply,
     encode_request,
+    is_probe,
     read_descriptor,
     recv_message,
     request_id,
@@ -28,7 +31,7 @@ from runtime.aux.wire import (
 
 
 def test_round_trip_keeps_arrays_tensors_and_plain_values() -> None:
-    payload = {
+    payload: dict[str, Any] = {
         "x": np.arange(12, dtype=np.float32).reshape(3, 4),
         "t": torch.ones(2, 5, dtype=torch.int64),
         "empty": np.zeros((0, 3)),
@@ -50,7 +53,7 @@ def test_round_trip_keeps_arrays_tensors_and_plain_values() -> None:
 
 def test_arrays_are_views_of_the_received_frames() -> None:
     """Over a real socket pair: the decoded array maps the ZeroMQ frame, no copy."""
-    context = zmq.Context.instance()
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     server, client = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
     port = server.bind_to_random_port("tcp://127.0.0.1")
     client.connect(f"tcp://127.0.0.1:{port}")
@@ -71,10 +74,38 @@ def test_arrays_are_views_of_the_received_frames() -> None:
         client.close()
 
 
+def test_an_array_sent_back_whole_goes_out_as_its_received_frame() -> None:
+    """A service that returns an array it was sent: the reply shares the received frame."""
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+    server, client = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
+    port = server.bind_to_random_port("tcp://127.0.0.1")
+    client.connect(f"tcp://127.0.0.1:{port}")
+    try:
+        send_message(client, encode_request(1, 0, 0.0, "echo", {"x": np.ones((4, INLINE_LIMIT))}))
+        assert server.poll(5000)
+        head, *frames = recv_message(server, heads=1)
+        received = decode_body(*read_descriptor(head, REQUEST), head, frames)
+        _, sent = encode_reply(1, Status.OK, received)
+        assert sent is frames[0]
+        _, copied = encode_reply(1, Status.OK, {"x": received["x"][:2]})  # part of it
+        assert copied is not frames[0]
+    finally:
+        server.close()
+        client.close()
+
+
+def test_a_probe_is_a_request_head_without_descriptor() -> None:
+    (probe,) = encode_probe(5, 2)
+    assert is_probe(probe) and REQUEST.unpack_from(probe)[:2] == (5, 2)
+    (request,) = encode_request(5, 2, 0.0, "echo", None)
+    assert not is_probe(request)
+
+
 def test_replies_carry_status_timings_and_failures_in_the_head() -> None:
     big = np.ones(INLINE_LIMIT, dtype=np.uint8)
-    ok, *frames = encode_reply(9, Status.OK, {"y": np.ones(3), "big": big}, (0.25, 0.5))
-    assert request_id(ok) == 9 and REPLY.unpack_from(ok)[:4] == (9, Status.OK, 0.25, 0.5)
+    ok, *frames = encode_reply(9, Status.OK, {"y": np.ones(3), "big": big}, (0.25, 0.5),
+                               worker=77)
+    assert request_id(ok) == 9 and REPLY.unpack_from(ok)[:5] == (9, Status.OK, 0.25, 0.5, 77)
     assert len(frames) == 1  # only the array of INLINE_LIMIT bytes has its own frame
     out = decode_body(*read_descriptor(ok, REPLY), ok, frames)
     np.testing.assert_array_equal(out["y"], 1.0)
