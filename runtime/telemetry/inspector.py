@@ -20,18 +20,24 @@ What a line may be:
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.errors import Category, RuntimeFailure
 from runtime.identity import Identity
 from runtime.telemetry.store import Store
 
+if TYPE_CHECKING:
+    from runtime.telemetry.writer import TelemetryWriter
+
 FORMAT_MAJOR = "v4."  # inspector_output_format_version: "v4.0" in v2.28-v2.30, "v4.2" after
 RAW_TABLE = "nccl_raw"
+PROCESSES_TABLE = "rank_processes"  # schema/0006_global_ranks.sql
 # The view reads these top-level keys (schema/0002_nccl_raw.sql); the rest of the identity is
 # fixed there (an inspector rank is a communicator rank, not a training rank).
 IDENTITY_KEYS = ("cluster", "namespace", "team", "job", "kind", "run", "pod", "node")
@@ -108,12 +114,22 @@ def parse_line(raw: bytes, where: str) -> dict[str, Any]:
                          "NCCL Inspector record")
 
 
+def announce_process(writer: TelemetryWriter) -> None:
+    """Say which process this training rank is: the host name and pid its NCCL Inspector
+    records carry (gethostname() and getpid(), NVIDIA/nccl inspector.cc), under the writer's
+    identity, whose rank is global. A record's rank is the rank within its communicator; the
+    straggler analysis finds the global rank through this row (schema/0006_global_ranks.sql)."""
+    writer.write(PROCESSES_TABLE, {"hostname": socket.gethostname(), "pid": os.getpid()})
+
+
 def load(store: Store, logs: Sequence[InspectorLog]) -> int:
-    """Insert checked logs through `nccl_raw` (its view writes `collectives`); the rows."""
-    for log in logs:
-        for body in _chunks(log.lines):
-            store.insert_raw(RAW_TABLE, "JSONAsString", body)
-    return sum(len(log.lines) for log in logs)
+    """Insert checked logs through `nccl_raw` (its view writes `collectives`); the rows. The
+    logs share their inserts (a job writes a small log per process, and an insert costs
+    tens of milliseconds whatever its size)."""
+    lines = [line for log in logs for line in log.lines]
+    for body in _chunks(lines):
+        store.insert_raw(RAW_TABLE, "JSONAsString", body)
+    return len(lines)
 
 
 def _json(text: str, where: str) -> Any:

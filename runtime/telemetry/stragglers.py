@@ -4,11 +4,13 @@ The method is SQL in `sql/straggler_windows.sql` and `sql/straggler_ranks.sql`, 
 or an agent can run and refine it with `gkr telemetry sql`; this module picks the table those
 queries read (`sql/straggler_source.sql`: the 10-second buckets when they are complete and the
 window is a multiple of 10 s, else every sample; both give the same answer), runs both, and
-types the result for the CLI and gkr-ui.
+types the result for the CLI and gkr-ui. Ranks are global training ranks, also where a source
+such as NCCL Inspector gives ranks within communicators (see the SQL).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -110,25 +112,40 @@ class StragglerReport:
         return data
 
 
-def analyze(store: Store, run: str, window_s: int = DEFAULT_WINDOW_S,
-            waiting: bool = True) -> StragglerReport:
-    """Run the straggler analysis of one run over windows of `window_s` seconds; without
-    `waiting`, the windows leave out every rank's waiting (`Window.waiting_us` is empty), which
-    at thousands of ranks is most of the work."""
+# Picks the ranks whose waiting to fetch from the ranks table (most persistent first).
+RankPicker = Callable[[Sequence[RankSummary]], Iterable[int]]
+
+
+def analyze(store: Store, run: str, window_s: int = DEFAULT_WINDOW_S, waiting: bool = True,
+            waiting_ranks: Iterable[int] | RankPicker | None = None) -> StragglerReport:
+    """Run the straggler analysis of one run over windows of `window_s` seconds. The windows
+    carry every rank's waiting (`Window.waiting_us`), which at thousands of ranks is most of
+    the work: without `waiting`, none; with `waiting_ranks`, only those ranks' (given, or
+    picked from the ranks table, as gkr-ui picks the rows of its heatmap)."""
     if window_s < 1:
         raise BadWindow(f"window {window_s}s: must be at least 1 second")
     table = source(store, run, window_s)
-    parameters = {"run": run, "window_s": window_s, "source": table}
+    parameters: dict[str, Any] = {"run": run, "window_s": window_s, "source": table}
+    ranks = tuple(RankSummary(**r) for r in
+                  store.query(sql_file("straggler_ranks.sql"), parameters).dicts())
     windows_sql = sql_file("straggler_windows.sql")
     if not waiting:  # ClickHouse then never computes the column (see the file)
         windows_sql = f"SELECT * EXCEPT (waiting_us) FROM (\n{windows_sql}\n)"
+    elif waiting_ranks is not None:
+        picked = waiting_ranks(ranks) if callable(waiting_ranks) else waiting_ranks
+        parameters["waiting_ranks"] = sorted(set(picked))
+        windows_sql = _waiting_of_some(windows_sql)
     windows = store.query(windows_sql, parameters).dicts()
     if not windows:
         raise _no_samples(store, run, "from two or more ranks of one group ")
-    ranks = store.query(sql_file("straggler_ranks.sql"), parameters).dicts()
-    return StragglerReport(run, window_s, table,
-                           tuple(_window(w) for w in windows),
-                           tuple(RankSummary(**r) for r in ranks))
+    return StragglerReport(run, window_s, table, tuple(_window(w) for w in windows), ranks)
+
+
+def _waiting_of_some(windows_sql: str) -> str:
+    """The windows query keeping the waiting of {waiting_ranks} only: filtered in the query,
+    the rest never leaves it."""
+    return (f"SELECT * REPLACE (arrayFilter(w -> has({{waiting_ranks:Array(Int32)}}, w.1), "
+            f"waiting_us) AS waiting_us) FROM (\n{windows_sql}\n)")
 
 
 def source(store: Store, run: str, window_s: int) -> str:

@@ -2,9 +2,10 @@
 
 Each rank writes one `train_steps` row per optimizer step (its own loss, step time,
 samples/s and tokens/s), one `collectives` row per gradient all-reduce (timed on gloo; on
-GPUs NCCL Inspector's records arrive through Fluent Bit), and rank 0 the FleetMonitor
-summaries. The driver records the run's start and end as events and, at the end, says what
-was written and how to look at it.
+GPUs NCCL Inspector's records arrive through Fluent Bit, and the rank's `rank_processes` row
+maps their communicator ranks to its own), and rank 0 the FleetMonitor summaries. The
+driver records the run's start and end as events and, at the end, says what was written and
+how to look at it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from runtime.fleet import ServiceSummary, summary_dict
 from runtime.identity import Identity, Role
 from runtime.telemetry.collectives import CollectiveTimer, time_gradients
 from runtime.telemetry.flight_recorder import dump_rank
+from runtime.telemetry.inspector import announce_process
 from runtime.telemetry.sink import sink_for, start_store, stop_store
 from runtime.telemetry.store import Store, default_dsn, describe
 from runtime.telemetry.writer import TelemetryWriter
@@ -85,6 +87,7 @@ class RankTelemetry:
         section = config.telemetry
         self.writer = TelemetryWriter(sink_for(run_id, where.dsn), identity(run_id, Role.WORKER,
                                       rank), capacity=section.queue_rows)
+        announce_process(self.writer)  # NCCL Inspector's records then map to this rank
         self.timer = CollectiveTimer(self.writer, f"{run_id}/dp", "DDP gradients", world_size,
                                      nnodes) if section.time_collectives else None
         delay = section.inject_delay

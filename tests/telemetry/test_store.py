@@ -20,10 +20,11 @@ from runtime.telemetry.writer import Row, TelemetryWriter, utc_now
 NOT_ROWS = {"nccl_raw", "nccl_raw_to_collectives", "collectives_to_buckets",
             "collective_samples", "schema_migrations", "train_steps_to_members",
             "collectives_to_members", "fleet_summaries_to_members", "events_to_members",
-            "train_steps_to_totals"}
-# Sums of other tables' rows (migrations 0003, 0004): they keep the keys that join them.
+            "train_steps_to_totals", "collectives_to_comm_members"}
+# Sums of other tables' rows (migrations 0003, 0004, 0006): they keep the keys that join them.
 DERIVED = {"collective_buckets": ("run", "rank", "pod", "node"),
-           "run_members": ("run", "role", "rank", "pod", "node"), "train_step_totals": ("run",)}
+           "run_members": ("run", "role", "rank", "pod", "node"), "train_step_totals": ("run",),
+           "comm_members": ("run", "rank", "pod", "node")}
 IDENTITY_TYPES = {"replica_group": "Int32", "rank": "Int32"}  # the others: LowCardinality
 
 

@@ -129,3 +129,44 @@ def test_a_run_of_one_rank_per_group_has_nothing_to_compare(tmp_path) -> None:
 def test_a_window_under_a_second_is_refused(store) -> None:
     with pytest.raises(stragglers.BadWindow, match="at least 1 second"):
         analyze(store, RUN.run, 0)
+
+
+def test_waiting_is_fetched_for_the_chosen_ranks_only(store: Store) -> None:
+    full = analyze(store, RUN.run, 30)
+    chosen = analyze(store, RUN.run, 30, waiting_ranks=[PERSISTENT, 0])
+    picked = analyze(store, RUN.run, 30, waiting_ranks=lambda ranks: [ranks[0].rank])
+    assert [r.rank for r in chosen.ranks] == [r.rank for r in full.ranks]
+    for every, two, one in zip(full.windows, chosen.windows, picked.windows, strict=True):
+        assert (two.window_start, two.comm_id, two.last_rank, two.ranks) == \
+            (every.window_start, every.comm_id, every.last_rank, every.ranks)
+        assert two.skew_us == pytest.approx(every.skew_us, rel=1e-9)
+        wanted = [w for w in every.waiting_us if w[0] in (0, PERSISTENT)]
+        assert [w[0] for w in two.waiting_us] == [0, PERSISTENT]
+        assert [w[1] for w in two.waiting_us] == pytest.approx([w[1] for w in wanted])
+        assert [w[0] for w in one.waiting_us] == [PERSISTENT]  # the report's first rank
+
+
+def test_both_queries_begin_with_the_same_steps() -> None:
+    """straggler_ranks.sql repeats straggler_windows.sql's first steps, keeping of the groups'
+    names only the communicator: one method, kept equal here."""
+    def steps(name: str) -> str:
+        text = sql_file(name)
+        return text[text.index("WITH\n"):text.index("\ngroups AS\n")]
+
+    names = "any((comm_id, comm_name, coll, msg_size_bytes, algo)) AS names,"
+    windows = steps("straggler_windows.sql")
+    assert windows.count(names) == 2
+    assert windows.replace(names, "any(comm_id) AS comm,") == steps("straggler_ranks.sql")
+
+
+def test_migrating_a_store_with_samples_records_their_communicators(tmp_path: Path) -> None:
+    run = replace(RUN, run="older", windows=2)
+    with Store.connect(f"chdb://{tmp_path / 'store'}", migrate=False) as opened:
+        migrate_until(opened, 5)  # a store made before the communicators' members were kept
+        opened.insert_arrow("collectives", samples(run))
+        assert "0006_global_ranks.sql" in opened.migrate()
+        assert opened.query(
+            "SELECT comm_id, uniqExact(rank), max(n_ranks) FROM comm_members WHERE run = "
+            "'older' GROUP BY comm_id ORDER BY comm_id").rows == [
+            ("0xdp01", 16, 16), ("0xsolo", 1, 1), ("0xtp02", 16, 16)]
+        assert analyze(opened, run.run, 30).ranks[0].rank == PERSISTENT

@@ -8,7 +8,7 @@ for the page. The straggler heatmap is `stragglers.analyze` folded into rank-by-
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 from runtime.errors import Category, RuntimeFailure
 from runtime.telemetry import stragglers
 from runtime.telemetry.store import Store, describe, sql_file
-from runtime.telemetry.stragglers import StragglerReport
+from runtime.telemetry.stragglers import RankSummary, StragglerReport
 
 MAX_POINTS = 1000  # points per curve: more than a chart's width in pixels gains nothing
 RUNS_LIMIT = 500
@@ -87,7 +87,8 @@ def straggler_view(store: Store, run: str, window_s: int) -> dict[str, Any]:
     analysis's reason) when the run has no collective samples from two ranks."""
     summary(store, run)  # an unknown run is a 404, not "no samples"
     try:
-        report = stragglers.analyze(store, run, window_s)
+        # Only the heatmap's rows' waiting: at 10,000 ranks, all of it is millions of values.
+        report = stragglers.analyze(store, run, window_s, waiting_ranks=heatmap_ranks)
     except stragglers.NoSamples as error:
         return {"available": False, "window_s": window_s, "message": str(error)}
     persistent = {r.rank for r in report.persistent()}
@@ -97,6 +98,11 @@ def straggler_view(store: Store, run: str, window_s: int) -> dict[str, Any]:
     }
 
 
+def heatmap_ranks(ranks: Sequence[RankSummary]) -> list[int]:
+    """The heatmap's rows: the most persistent stragglers, in rank order."""
+    return sorted(r.rank for r in ranks[:HEATMAP_RANKS])
+
+
 def heatmap(report: StragglerReport) -> dict[str, Any]:
     """Rank-by-window cells. A cell's `late_us` is how much later than the window's first
     arriver the rank came, averaged over the window's collective groups: skew - waiting, so
@@ -104,7 +110,7 @@ def heatmap(report: StragglerReport) -> dict[str, Any]:
     groups the rank arrived last in, `groups` the groups it took part in."""
     every = sorted({w.window_start for w in report.windows})
     starts = every[-HEATMAP_WINDOWS:]
-    shown = sorted(r.rank for r in report.ranks[:HEATMAP_RANKS])
+    shown = heatmap_ranks(report.ranks)
     column = {start: i for i, start in enumerate(starts)}
     row = {rank: i for i, rank in enumerate(shown)}
     late = [[0.0] * len(starts) for _ in shown]
