@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -48,6 +48,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from benchmarks.fleet import Figure, Fleet
+from benchmarks.telemetry import timed as best  # the best of N calls, and the last result
 from runtime.identity import Identity
 from runtime.telemetry import inspector, stragglers
 from runtime.telemetry.store import Store
@@ -301,17 +302,6 @@ def pandas_last_arrivers(store: Store, hour: Hour) -> set[int]:
 
 
 # --- the figures ----------------------------------------------------------------------------
-
-def best(call: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    """The fastest of `repeat` calls (on a shared machine the rest is the neighbours' noise)
-    and the last result."""
-    seconds, result = [], None
-    for _ in range(repeat):
-        started = time.perf_counter()
-        result = call()
-        seconds.append(time.perf_counter() - started)
-    return min(seconds), result
-
 
 def cli(dsn: str, run: str, repeat: int) -> tuple[float, float, str]:
     """`gkr stragglers RUN` as a user runs it: best wall seconds, the CPU seconds of that
