@@ -14,12 +14,13 @@ from typing import Any, Protocol
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
 from runtime.checkpoint.config import CheckpointConfig
+from runtime.checkpoint.metadata import reader_for
 from runtime.checkpoint.storage import CheckpointError, CheckpointStore
 
 
@@ -175,7 +176,10 @@ class Checkpointer:
         uri = self.store.resolve(wanted)
         if uri is None:
             return None
-        reader = FsspecReader(uri) if "://" in uri else dcp.FileSystemReader(uri)
+        reader = reader_for(uri)
+        # Read here, not only inside DCP: a refused `.metadata` raises CheckpointMetadataError
+        # naming the file, not DCP's rank-local fallback (see SafeFileSystemReader).
+        reader.read_metadata()
         dcp.load(state, storage_reader=reader, process_group=self.group)
         step = int(os.path.basename(uri).removeprefix("step-"))
         if self.rank == 0:
