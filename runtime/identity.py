@@ -106,6 +106,7 @@ class Env:
     LEARNER: Final = "GKR_LEARNER"
     POD: Final = "GKR_POD"  # from the downward API
     NODE: Final = "GKR_NODE"  # from the downward API
+    POD_IP: Final = "GKR_POD_IP"  # from the downward API (status.podIP): where listeners bind
     PREFLIGHT: Final = "GKR_PREFLIGHT"  # the preflight's expectations, JSON
     DILOCO: Final = "GKR_DILOCO"  # a DiLoCo learner's or synchroniser's settings, JSON
     TEMPORAL_ADDRESS: Final = "GKR_TEMPORAL_ADDRESS"

@@ -7,13 +7,14 @@ unchanged, and it is what types `handle.method.remote(...)` for mypy.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 from typing import Any
 
 import ray
 
 from runtime.aux.config import ServiceConfig
-from runtime.aux.proxy import ProxyCore
+from runtime.aux.proxy import ProxyCore, listen_host
 from runtime.aux.refresh import RefreshPoint
 from runtime.aux.services import CheckpointableService, build_service
 from runtime.aux.worker import WorkerCore, backend_address
@@ -27,6 +28,15 @@ def _reporter(run_id: str, method: str) -> Any:
     except ValueError:
         return None
     return lambda sample: getattr(monitor, method).remote(sample)
+
+
+def _end_process(error: BaseException) -> None:
+    """A worker whose serving thread ended serves nothing: end its process, so that Ray
+    restarts the actor (its `max_restarts`) like any crashed worker, and the proxy's
+    notice of the new incarnation applies the loss policy to what it held
+    (runtime.aux.proxy). The thread has logged `error`; flush it before leaving."""
+    logging.shutdown()
+    os._exit(70)  # EX_SOFTWARE: an internal error, not a clean exit
 
 
 class AuxWorkerActor:
@@ -48,6 +58,8 @@ class AuxWorkerActor:
             report=_reporter(run_id, "record_worker"),
             report_interval_s=report_interval_s,
             refresh=refresh,
+            queue_total=config.queue_total,
+            on_death=_end_process,
         )
         # What start-up built (Ray, torch, the service) lives as long as the process: out of
         # the collector's sight, a full collection no longer walks it between two requests.
@@ -56,8 +68,18 @@ class AuxWorkerActor:
 
     @ray.method
     def info(self) -> dict[str, Any]:
-        """Where this worker runs and which incarnation it is."""
-        return {"node_id": self.node_id, "pid": os.getpid(), "incarnation": self.core.incarnation}
+        """Where this worker runs, which incarnation it is, whether it serves, and how many
+        malformed messages it dropped."""
+        return {"node_id": self.node_id, "pid": os.getpid(), "incarnation": self.core.incarnation,
+                "healthy": self._serving(), "malformed": self.core.malformed}
+
+    @ray.method
+    def healthy(self) -> bool:
+        """Whether the serving thread runs (False once it ended, or after `stop`)."""
+        return self._serving()
+
+    def _serving(self) -> bool:
+        return self.core.healthy and self.thread.is_alive()
 
     @ray.method
     def checkpointable(self) -> bool:
@@ -98,7 +120,7 @@ class AuxProxyActor:
         self.core = ProxyCore(
             service=service,
             proxy_id=node_id[:12],
-            host=ray.util.get_node_ip_address(),
+            host=listen_host(),
             backend=backend_address(ipc_dir, run_id, service, node_id),
             report=_reporter(run_id, "record_proxy"),
             report_interval_s=report_interval_s,

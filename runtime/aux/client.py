@@ -19,22 +19,35 @@ later duplicate is dropped), under `fail` each raises WorkerLost, which `call` r
 a timeout. A live worker busy with a long request answers when it is done, so the census
 may wait that long; a client that misses the notice (it connected after it) falls back on
 the request's deadline.
+
+Every reply and notice is checked by the wire decoder (runtime.aux.wire) before it is used.
+One whose head cannot be read is dropped, logged with the proxy's address and counted
+(`malformed`); a reply to a waiting request whose body the decoder refuses raises WireError
+for that request. BUSY (the worker's queues for this connection, or its total, are full) is
+retried after a growing back-off, and raised as AuxBusy once the retries are spent.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import zmq
 
 from runtime.aux.config import OnWorkerLoss
-from runtime.aux.errors import AuxBusy, AuxError, AuxTimeout, RemoteError, WorkerLost
+from runtime.aux.errors import (
+    AuxBusy,
+    AuxError,
+    AuxTimeout,
+    RemoteError,
+    WireError,
+    WorkerLost,
+)
 from runtime.aux.refresh import RefreshPoint
 from runtime.aux.wire import (
     REPLY,
@@ -44,7 +57,9 @@ from runtime.aux.wire import (
     encode_probe,
     encode_reply,
     encode_request,
+    parse_json,
     read_descriptor,
+    read_head,
     recv_message,
     request_id,
     send_message,
@@ -54,8 +69,9 @@ from runtime.fleet import ClientSample
 
 log = logging.getLogger(__name__)
 
-BUSY_BACKOFF_S = 0.005
+BUSY_BACKOFF_S, BUSY_BACKOFF_MAX_S = 0.005, 0.5  # doubled per BUSY answer of one call
 SAMPLE_CAP = 4096
+MAX_LIVE = 1 << 16  # incarnation tags in one loss notice
 MAX_ATTEMPTS = 3  # a request lost with three workers is failed rather than sent again
 STALE_BACKOFF_S, STALE_BACKOFF_MAX_S = 0.0005, 0.05
 # A waiting client looks at the proxies' loss notices this often, and probes again the live
@@ -63,6 +79,7 @@ STALE_BACKOFF_S, STALE_BACKOFF_MAX_S = 0.0005, 0.05
 NOTICE_CHECK_S = 0.1
 _NOTICE_CHECK_MS = int(NOTICE_CHECK_S * 1000)
 _SERVED = (Status.OK, Status.ERROR)  # replies that carry the worker's timings
+_STATUSES = frozenset(value for name, value in vars(Status).items() if name.isupper())
 
 
 @dataclass(frozen=True)
@@ -106,6 +123,17 @@ class ServiceHandle:
     retries: int
     on_worker_loss: OnWorkerLoss = OnWorkerLoss.RETRY
     refresh: RefreshPoint | None = None  # where training publishes the workers' weights
+
+
+def _live_tags(notice: list[Any]) -> list[int]:
+    """The live incarnations' tags of a proxy's loss notice (runtime.aux.proxy)."""
+    if len(notice) != 1:
+        raise WireError(f"a loss notice is one frame, not {len(notice)}")
+    live = parse_json(notice[0]).get("live")
+    if not isinstance(live, list) or len(live) > MAX_LIVE or not all(
+            type(tag) is int and 0 <= tag < 1 << 64 for tag in live):
+        raise WireError(f"a loss notice's 'live' is a list of at most {MAX_LIVE} 64-bit tags")
+    return live
 
 
 class WeightedRoundRobin:
@@ -162,6 +190,7 @@ class AuxClient:
         self._censuses: dict[int, _Census] = {}  # by proxy index
         self._probes: dict[int, tuple[int, _Census]] = {}  # probe id -> (proxy, census)
         self._next_check = 0.0
+        self.malformed = 0  # replies and notices dropped because the decoder refused them
 
     @staticmethod
     def _subscribe(context: zmq.Context[Any], address: str) -> zmq.Socket | None:
@@ -178,12 +207,12 @@ class AuxClient:
         """One request, retried after a timeout, a lost worker or back-pressure. With
         `min_version`, only a worker holding that weight version or a newer one serves it."""
         failure: AuxError | None = None
-        for _ in range(self.handle.retries + 1):
+        for attempt in range(self.handle.retries + 1):
             try:
                 return self.result(self.submit(method, payload, min_version))
             except AuxBusy as error:
                 failure = error
-                time.sleep(BUSY_BACKOFF_S)
+                time.sleep(min(BUSY_BACKOFF_S * 2 ** attempt, BUSY_BACKOFF_MAX_S))
             except (AuxTimeout, WorkerLost) as error:
                 failure = error
         assert failure is not None
@@ -217,7 +246,7 @@ class AuxClient:
             message = self._done.pop(rid, None) or self._receive(rid, entry)
             if message is None:
                 continue
-            _, status, wait_s, process_s, _, _ = REPLY.unpack_from(message[0])
+            _, status, wait_s, process_s, _, _ = self._reply_head(rid, message[0])
             if status != Status.STALE:
                 break
             self._resend_later(entry)
@@ -226,6 +255,30 @@ class AuxClient:
                 and not entry.stale:
             self._observe(time.perf_counter() - entry.sent - wait_s - process_s)
         return self._unpack(status, message)
+
+    def _reply_head(self, rid: int, head: bytes) -> tuple[Any, ...]:
+        """The prefix of the reply to `rid`, which must carry a status of this layer."""
+        try:
+            fields = read_head(head, REPLY)
+            if fields[1] not in _STATUSES:
+                raise WireError(f"unknown reply status {fields[1]}")
+        except WireError as error:
+            del self._pending[rid]
+            self.malformed += 1
+            raise WireError(f"{self.handle.service}: the reply from "
+                            f"{self.handle.endpoints[self._proxy_of(rid)]} is malformed: "
+                            f"{error}") from None
+        return fields
+
+    def _proxy_of(self, rid: int) -> int:
+        entry = self._pending.get(rid)
+        return entry.proxy if entry is not None else 0
+
+    def _dropped(self, proxy: int, error: WireError) -> None:
+        self.malformed += 1
+        log.warning("%s: dropped a malformed message from %s (%d so far): %s",
+                    self.handle.service, self.handle.endpoints[proxy].address, self.malformed,
+                    error)
 
     def _resend_later(self, entry: _Pending) -> None:
         """The worker's weights were older than the request asked for: after a short wait
@@ -252,9 +305,13 @@ class AuxClient:
             sock.rcvtimeo = self._waits[entry.proxy] = wait_ms
         try:
             message = recv_message(sock, heads=1, block=True)
+            received = request_id(message[0])
         except zmq.Again:
             return None
-        if request_id(message[0]) == rid:
+        except WireError as error:
+            self._dropped(entry.proxy, error)
+            return None
+        if received == rid:
             return message
         self._store(message)
         return None
@@ -268,7 +325,10 @@ class AuxClient:
             if rid not in self._done:
                 self._done[rid] = message
         elif rid in self._probes:
-            self._counted(rid, message)
+            try:
+                self._counted(rid, message)
+            except WireError as error:  # the census probes that worker again
+                self._dropped(self._probes.get(rid, (0,))[0], error)
 
     def _check_notices(self) -> None:
         """Begin a census at each proxy that announced a loss; probe again the live
@@ -280,8 +340,13 @@ class AuxClient:
         for proxy, sock in enumerate(self._notices):
             if sock is None:
                 continue
-            for (notice,) in drain(sock, heads=1):
-                self._begin_census(proxy, json.loads(notice)["live"])
+            for notice in drain(sock, heads=1):
+                try:
+                    live = _live_tags(notice)
+                except WireError as error:
+                    self._dropped(proxy, error)
+                    continue
+                self._begin_census(proxy, live)
 
     def _begin_census(self, proxy: int, live: Iterable[int]) -> None:
         """(Re)start the census at `proxy`: every request sent there so far is in question."""
@@ -299,11 +364,14 @@ class AuxClient:
         """A live worker's answer to a probe; with the last one, the census concludes."""
         proxy, census = self._probes.pop(rid)
         head, *frames = message
-        fields = REPLY.unpack_from(head)
+        fields = read_head(head, REPLY)
         if self._censuses.get(proxy) is not census or fields[1] != Status.HELD:
             return  # a census that was restarted since the probe was sent
         body = decode_body(*read_descriptor(head, REPLY), head, frames)
-        census.held[fields[4]] = {int(held) for held in body["held"]}
+        held = body.get("held")
+        if not isinstance(held, np.ndarray) or held.ndim != 1 or held.dtype.kind != "u":
+            raise WireError("a probe's answer holds its request ids as one uint64 array")
+        census.held[fields[4]] = set(held.tolist())
         if census.live.issubset(census.held):
             del self._censuses[proxy]
             held = set().union(*census.held.values())
@@ -350,7 +418,8 @@ class AuxClient:
             failure, _ = read_descriptor(head, REPLY)
             raise RemoteError(service, failure.get("error_type", "Error"), failure.get("error", ""))
         if status == Status.BUSY:
-            raise AuxBusy(f"{service}: rank {self.rank}'s queue is full")
+            raise AuxBusy(f"{service}: the worker's queues are full (BUSY): this connection's "
+                          "share or the worker's total; retried with back-off, then raised")
         if status == Status.LOST:
             raise WorkerLost(f"{service}: the worker died with the request in flight")
         raise AuxTimeout(f"{service}: deadline passed before the request was served")

@@ -38,7 +38,13 @@ class ServiceConfig(BaseModel):
     ratio: float = Field(8.0, gt=0, description="Training workers served by one worker.")
     min_replicas: int = Field(1, ge=1, description="Fewest workers the plan may give.")
     singleton: bool = Field(False, description="Exactly one worker: cannot be replicated.")
-    queue_size: int = Field(64, ge=1, description="Bounded queue length per training rank.")
+    queue_size: int = Field(
+        64, ge=1, description="Bounded queue length per client connection (one per rank)."
+    )
+    queue_total: int = Field(
+        1024, ge=1, description="Requests one worker holds in all connections' queues; past "
+        "it, and past a connection's queue_size, a request is answered BUSY.",
+    )
     startup_timeout_s: float = Field(120.0, gt=0, description="Time allowed to pass startup.")
     request_timeout_s: float = Field(30.0, gt=0, description="Deadline of one request.")
     retries: int = Field(2, ge=0, description="Client retries after a timeout, loss or busy.")

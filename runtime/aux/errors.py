@@ -18,7 +18,13 @@ class AuxTimeout(AuxError):
 
 
 class AuxBusy(AuxError):
-    """The worker's queue for this rank stayed full (back-pressure) after every retry."""
+    """The worker's queues stayed full (back-pressure) after every retry: this connection's
+    share, or the worker's total bound."""
+
+
+class WireError(AuxError):
+    """A message read off the wire is not one this layer sends (runtime.aux.wire): a peer's
+    bad or hostile bytes. Names what was wrong and what is allowed; nothing of it is used."""
 
 
 class WorkerLost(AuxError):

@@ -17,29 +17,42 @@ tags of the incarnations now live, on a PUB socket that every client subscribes 
 each client finds out which of its requests the lost one held and retries or fails those
 by the service's policy (runtime.aux.client). Deadlines are kept at both ends (the worker
 answers EXPIRED rather than serve late; the client raises AuxTimeout), and back-pressure by
-the workers' bounded per-rank queues (BUSY). While no worker is connected the device reads
-nothing from the ranks: requests wait in their sockets, bounded by their deadlines.
+the workers' bounded per-connection queues (BUSY). While no worker is connected the device
+reads nothing from the ranks: requests wait in their sockets, bounded by their deadlines.
+
+The TCP sockets listen on the pod's own IP (`GKR_POD_IP`, which the rendered pod sets from
+the downward API's status.podIP), never on every interface, and on ports in PORTS, which the
+job's NetworkPolicy admits from the job's own pods only. Without GKR_POD_IP (a local run)
+they listen on loopback. The device forwards bytes unread; the worker checks them
+(runtime.aux.wire).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import zmq
 
-from runtime.aux.wire import tune
+from runtime.aux.errors import WireError
+from runtime.aux.wire import parse_json, tune
 from runtime.fleet import ProxySample
+from runtime.identity import Env
 
 log = logging.getLogger(__name__)
 
+# The ports an auxiliary proxy listens on (requests and loss notices, two per service on a
+# node), as libzmq's bind_to_random_port takes them: min inclusive, max exclusive.
+PORTS = (47000, 48000)
+LOCAL_HOST = "127.0.0.1"
 POLL_MS = 50  # how often the control thread checks `stop`, the statistics and the report
 CONTROL_ID = b"gkr-proxy-control"  # the control thread's routing id at the frontend
 STATS_INTERVAL_S = 0.05
@@ -56,6 +69,35 @@ def _remove_ipc_file(address: str) -> None:
     """libzmq unlinks the file on its I/O thread, which may not run before the actor exits."""
     if address.startswith("ipc://"):
         Path(address.removeprefix("ipc://")).unlink(missing_ok=True)
+
+
+def listen_host(environ: Mapping[str, str] | None = None) -> str:
+    """The address the proxy's TCP sockets bind: the pod's IP where the pod says it, else
+    loopback (a local run)."""
+    env = os.environ if environ is None else environ
+    return env.get(Env.POD_IP) or LOCAL_HOST
+
+
+def _bind(sock: zmq.Socket, host: str) -> str:
+    port = sock.bind_to_random_port(f"tcp://{host}", min_port=PORTS[0], max_port=PORTS[1])
+    return f"tcp://{host}:{port}"
+
+
+_Announcement = tuple[str, str, int, int]  # worker, incarnation, tag, requests queued
+
+
+def _announcement(text: bytes) -> _Announcement:
+    """A worker's announcement (runtime.aux.worker), checked field by field."""
+    message = parse_json(text)
+    worker, incarnation = message.get("worker"), message.get("incarnation")
+    tag, pending = message.get("tag"), message.get("pending", 0)
+    if type(worker) is not str or type(incarnation) is not str:
+        raise WireError("an announcement names its worker and incarnation as strings")
+    if type(tag) is not int or not 0 <= tag < 1 << 64 or type(pending) is not int \
+            or pending < 0:
+        raise WireError("an announcement's tag is a 64-bit and its pending count a "
+                        "non-negative int")
+    return worker, incarnation, tag, pending
 
 
 @dataclass(slots=True)
@@ -81,15 +123,18 @@ class ProxyCore:
         self.report, self.report_interval_s = report, report_interval_s
         context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self.frontend = tune(context.socket(zmq.ROUTER))
-        self.address = f"tcp://{host}:{self.frontend.bind_to_random_port(f'tcp://{host}')}"
+        # The control peer takes its routing id before any TCP peer can connect: libzmq
+        # refuses a later connection that asks for an id in use (ZMQ_ROUTER_HANDOVER off).
         self.announcements = self._control_peer(context)
+        self.address = _bind(self.frontend, host)
         self.events = tune(context.socket(zmq.PUB))
-        self.events_address = f"tcp://{host}:{self.events.bind_to_random_port(f'tcp://{host}')}"
+        self.events_address = _bind(self.events, host)
         self.backend = tune(context.socket(zmq.DEALER))
         self.backend.bind(backend)
         self.backend_address = backend
         self._steer, self._device_control = self._steering(context)
         self.workers: dict[str, _Known] = {}
+        self.malformed = 0  # announcements dropped because they could not be read
         self.stats = dict.fromkeys(STAT_NAMES, 0)
         self.stop = threading.Event()
         self._next_stats = self._next_report = 0.0
@@ -146,19 +191,19 @@ class ProxyCore:
         while self.announcements.poll(0):
             text = self.announcements.recv()
             try:
-                self._announced(json.loads(text))
-            except (ValueError, KeyError, TypeError):  # not from a worker of this layer
-                log.warning("%s proxy: ignored an announcement it cannot read: %.200r",
-                            self.service, text)
+                self._announced(_announcement(text))
+            except WireError as error:  # not from a worker of this layer
+                self.malformed += 1
+                log.warning("%s proxy: ignored an announcement it cannot read (%s): %.200r",
+                            self.service, error, text)
 
-    def _announced(self, message: dict[str, Any]) -> None:
+    def _announced(self, message: _Announcement) -> None:
         """Remember the worker; a new incarnation of a known one means it died and
         restarted, so the requests it held are lost: tell the clients which incarnation
         was lost and which are live now."""
-        worker, incarnation = str(message["worker"]), str(message["incarnation"])
+        worker, incarnation, tag, pending = message
         known = self.workers.get(worker)
-        self.workers[worker] = _Known(incarnation, int(message["tag"]),
-                                      int(message.get("pending", 0)))
+        self.workers[worker] = _Known(incarnation, tag, pending)
         if known is not None and known.incarnation != incarnation:
             live = [entry.tag for entry in self.workers.values()]
             notice = {"worker": worker, "lost": known.tag, "live": live}

@@ -32,19 +32,25 @@ import numpy as np
 import torch
 import zmq
 
+from runtime.aux.errors import WireError
+
 __all__ = [
     "COPY_THRESHOLD",
     "INLINE_LIMIT",
     "REPLY",
     "REQUEST",
     "Status",
+    "WireError",
+    "decode",
     "decode_body",
     "drain",
     "encode_probe",
     "encode_reply",
     "encode_request",
     "is_probe",
+    "parse_json",
     "read_descriptor",
+    "read_head",
     "recv_message",
     "request_id",
     "send_message",
@@ -72,8 +78,28 @@ _ID = struct.Struct("<Q")  # both prefixes start with the request id
 DESCRIPTOR_CACHE = 1024
 _TEXTS: dict[tuple[Any, ...], bytes] = {}
 _PARSED: dict[bytes, dict[str, Any]] = {}
-_PLANS: dict[int, tuple[tuple[Any, ...], ...]] = {}  # by id() of a descriptor in _PARSED
+_PLANS: dict[int, Any] = {}  # by id() of a descriptor in _PARSED
 _JSON = json.JSONEncoder(separators=(",", ":"))
+
+# What a received message may hold (checked before anything of it is mapped or used).
+MAX_NESTING = 32  # levels of JSON objects and lists in a descriptor
+MAX_ARRAYS = 1024  # arrays per message, so frames per message too
+MAX_DIMS = 32  # numpy's own limit is 64
+MAX_ELEMENTS = 1 << 40  # per array, and per dimension
+# Only plain numeric dtypes, in native or no byte order (torch maps no other): an object,
+# void (structured), string or datetime dtype is refused, whatever the wire says.
+_DTYPES: dict[str, np.dtype[Any]] = {
+    np.dtype(kind).str: np.dtype(kind) for kind in (
+        np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+        np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128)
+}
+_TEXT_FIELDS = frozenset({"method", "error_type", "error"})
+_KEYS = {REQUEST.size: frozenset({"method", "meta", "arrays"}),
+         REPLY.size: frozenset({"error_type", "error", "meta", "arrays"})}
+_ANY_KEYS = _KEYS[REQUEST.size] | _KEYS[REPLY.size]
+# arrays (key, dtype, shape, tensor?, inline?, bytes), inline bytes in all, array frames
+_Plan = tuple[tuple[tuple[Any, ...], ...], int, int]
+_EMPTY_PLAN: _Plan = ((), 0, 0)
 
 
 class Status:
@@ -149,6 +175,8 @@ def drain(sock: zmq.Socket, heads: int, ready: bool = False) -> Iterator[list[An
 
 def request_id(head: bytes) -> int:
     """The id a request or reply head starts with."""
+    if len(head) < _ID.size:
+        raise WireError(f"a head frame of {len(head)} bytes holds no request id")
     return _ID.unpack_from(head)[0]
 
 
@@ -272,34 +300,121 @@ def encode_reply(
     return _encode(REPLY, (rid, status, *timing, worker), fields, payload)
 
 
+def read_head(head: bytes, prefix: struct.Struct) -> tuple[Any, ...]:
+    """The binary prefix of a head frame, refused unless the frame holds all of it and the
+    descriptor length it states."""
+    if len(head) < prefix.size:
+        raise WireError(f"a head frame of {len(head)} bytes; this layer's heads start with "
+                        f"a {prefix.size}-byte prefix")
+    fields = prefix.unpack_from(head)
+    if fields[-1] > len(head) - prefix.size:
+        raise WireError(f"the head says its descriptor has {fields[-1]} bytes; the frame "
+                        f"holds {len(head) - prefix.size} after the prefix")
+    return fields
+
+
 def read_descriptor(head: bytes, prefix: struct.Struct) -> tuple[Mapping[str, Any], int]:
     """The JSON descriptor after the binary prefix (empty when there is none) and the offset
-    where the inline arrays start. Descriptors without plain values or failures are shared
-    between calls (remembered by their text, with their decoding plan): read them, never
-    change them."""
+    where the inline arrays start, validated (`_validate`) before anything maps it.
+    Descriptors without plain values or failures are shared between calls (remembered by
+    their text, with their decoding plan): read them, never change them."""
     start = prefix.size
-    end = start + prefix.unpack_from(head)[-1]
+    end = start + read_head(head, prefix)[-1]
     if end == start:
         return {}, end
     text = head[start:end]
     descriptor = _PARSED.get(text)
     if descriptor is None:
-        descriptor = json.loads(text)
+        descriptor = parse_json(text)
+        plan = _validate(descriptor, _KEYS[prefix.size], prefix is REQUEST)
         shared = not descriptor.get("meta") and "error" not in descriptor
         if shared and len(_PARSED) < DESCRIPTOR_CACHE:
             _PARSED[text] = descriptor
-            _PLANS[id(descriptor)] = _plan(descriptor)  # kept alive by _PARSED: ids stay unique
+            _PLANS[id(descriptor)] = plan  # kept alive by _PARSED: ids stay unique
     return descriptor, end
 
 
-def _plan(descriptor: Mapping[str, Any]) -> tuple[tuple[Any, ...], ...]:
-    """Per array: key, dtype, shape, tensor?, inline?, inline bytes padded."""
-    plan = []
-    for key, dtype, shape, is_tensor, small in descriptor.get("arrays", ()):
-        kind, count = np.dtype(dtype), math.prod(shape)
-        span = count * kind.itemsize
-        plan.append((key, kind, tuple(shape), is_tensor, small, span + -span % _ALIGN))
-    return tuple(plan)
+def parse_json(text: bytes) -> dict[str, Any]:
+    """JSON of at most MAX_NESTING levels. The C parser refuses a deeper text than the
+    interpreter's recursion limit with RecursionError before it could overflow the stack
+    (CPython's Py_EnterRecursiveCall); the walk after it holds the tighter bound."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
+        raise WireError(f"the descriptor is not JSON: {str(error)[:120]}") from None
+    if not isinstance(value, dict):
+        raise WireError(f"the descriptor is a JSON {type(value).__name__}; it must be an object")
+    _check_nesting(value)
+    return value
+
+
+def _check_nesting(value: Any) -> None:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item \
+            if isinstance(item, list) else ()
+        if children and depth >= MAX_NESTING:
+            raise WireError(f"the descriptor nests deeper than {MAX_NESTING} levels")
+        stack.extend((child, depth + 1) for child in children)
+
+
+def _validate(descriptor: Mapping[str, Any], keys: frozenset[str], request: bool = False
+              ) -> _Plan:
+    """Refuse what an endpoint of this layer never sends; the decoding plan of the rest."""
+    unknown = descriptor.keys() - keys
+    if unknown:
+        raise WireError(f"unknown descriptor field(s) {sorted(unknown)[:5]}; allowed: "
+                        f"{sorted(keys)}")
+    for name in keys & _TEXT_FIELDS:
+        if name in descriptor and type(descriptor[name]) is not str:
+            raise WireError(f"descriptor field {name!r} must be a string")
+    if request and "method" not in descriptor:
+        raise WireError("a request's descriptor names no method")
+    if not isinstance(descriptor.get("meta", {}), dict):
+        raise WireError("descriptor field 'meta' must be an object")
+    specs = descriptor.get("arrays", [])
+    if not isinstance(specs, list) or len(specs) > MAX_ARRAYS:
+        raise WireError(f"descriptor field 'arrays' must be a list of at most {MAX_ARRAYS}")
+    return _plan(specs)
+
+
+def _plan(specs: list[Any]) -> _Plan:
+    """Per array: key, dtype, shape, tensor?, inline?, bytes (inline ones padded); then the
+    inline bytes in all and the number of array frames."""
+    arrays, inline, large = [], 0, 0
+    for spec in specs:
+        key, kind, shape, is_tensor, small = _spec(spec)
+        exact = math.prod(shape) * kind.itemsize
+        if small != (exact < INLINE_LIMIT):
+            raise WireError(f"array {key!r} of {exact} bytes is marked "
+                            f"{'inline' if small else 'a frame'}; arrays under {INLINE_LIMIT} "
+                            "bytes ride inline, the others in frames of their own")
+        span = exact + -exact % _ALIGN if small else exact
+        inline, large = (inline + span, large) if small else (inline, large + 1)
+        arrays.append((key, kind, shape, is_tensor, small, span))
+    return tuple(arrays), inline, large
+
+
+def _spec(spec: Any) -> tuple[str, np.dtype[Any], tuple[int, ...], bool, bool]:
+    """One array spec, checked: numeric dtypes only (an object dtype would make received
+    bytes pointers), a bounded shape of non-negative ints."""
+    if not isinstance(spec, list) or len(spec) != 5:
+        raise WireError("an array spec is [key, dtype, shape, tensor, inline]")
+    key, dtype, shape, is_tensor, small = spec
+    if type(key) is not str or type(is_tensor) is not bool or type(small) is not bool:
+        raise WireError("an array spec's key is a string, its tensor and inline flags booleans")
+    kind = _DTYPES.get(dtype) if type(dtype) is str else None
+    if kind is None:
+        raise WireError(f"array {key!r}: dtype {str(dtype)[:40]!r} is not allowed; allowed: "
+                        f"{', '.join(sorted(_DTYPES))}")
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(
+            type(n) is int and 0 <= n <= MAX_ELEMENTS for n in shape):
+        raise WireError(f"array {key!r}: a shape is a list of at most {MAX_DIMS} ints in "
+                        f"0..{MAX_ELEMENTS}")
+    if math.prod(shape) > MAX_ELEMENTS:
+        raise WireError(f"array {key!r}: more than {MAX_ELEMENTS} elements")
+    return key, kind, tuple(shape), is_tensor, small
 
 
 def decode_body(
@@ -307,19 +422,40 @@ def decode_body(
 ) -> dict[str, Any]:
     """The payload of a decoded descriptor: inline arrays are read-only views of the head,
     large ones of their received frames. Small tensors are copied out of the head: a copy
-    of a few KiB costs less than silencing torch's warning about a read-only buffer."""
+    of a few KiB costs less than silencing torch's warning about a read-only buffer. Each
+    array's shape times itemsize must be exactly the bytes that carry it, and the message
+    must have exactly the frames its descriptor names."""
     payload: dict[str, Any] = dict(descriptor.get("meta", ()))
-    plan = _PLANS.get(id(descriptor)) or _plan(descriptor)
+    plan = _PLANS.get(id(descriptor))
+    if plan is None:
+        plan = _validate(descriptor, _ANY_KEYS) if descriptor else _EMPTY_PLAN
+    arrays, inline, large_count = plan
+    if offset + inline != len(head) or large_count != len(frames):
+        raise WireError(f"the message has {len(head) - offset} inline bytes and "
+                        f"{len(frames)} array frame(s); its descriptor names {inline} and "
+                        f"{large_count}")
     large = iter(frames)
-    for key, kind, shape, is_tensor, small, span in plan:
+    for key, kind, shape, is_tensor, small, span in arrays:
         if small:
             array = np.ndarray(shape, kind, head, offset)  # read-only: bytes are
             offset += span
             payload[key] = torch.from_numpy(array.copy()) if is_tensor else array
-        else:
-            array = np.frombuffer(next(large), kind).reshape(shape)
-            payload[key] = _tensor(array) if is_tensor else array
+            continue
+        frame = next(large)
+        if len(frame) != span:
+            raise WireError(f"array {key!r}: a frame of {len(frame)} bytes for {span}")
+        array = np.frombuffer(frame, kind).reshape(shape)
+        payload[key] = _tensor(array) if is_tensor else array
     return payload
+
+
+def decode(
+    head: bytes, frames: Sequence[Any], prefix: struct.Struct
+) -> tuple[tuple[Any, ...], Mapping[str, Any], dict[str, Any]]:
+    """A whole message checked and decoded: its prefix fields, descriptor and payload."""
+    fields = read_head(head, prefix)
+    descriptor, offset = read_descriptor(head, prefix)
+    return fields, descriptor, decode_body(descriptor, offset, head, frames)
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:

@@ -1,10 +1,18 @@
 """An auxiliary worker: a persistent Ray actor serving one service behind its node's proxy.
 
 The worker takes requests from the proxy over one long-lived IPC socket. Requests go into one
-bounded queue per training rank and are served round-robin (seed §5.2); a full queue answers
-BUSY at once, which is the back-pressure the client sees. Serving and socket I/O share one
-thread because ZeroMQ sockets must not be shared between threads; a request that finds the
-worker idle and nothing else waiting is served at once, without passing through the queues.
+bounded queue per client connection (the routing identity the proxy's ROUTER gave it, which a
+peer cannot choose per request, unlike the rank a request claims) and are served round-robin
+(seed §5.2); a full queue, or a worker holding `queue_total` requests in all, answers BUSY at
+once, which is the back-pressure the client sees. Serving and socket I/O share one thread
+because ZeroMQ sockets must not be shared between threads; a request that finds the worker
+idle and nothing else waiting is served at once, without passing through the queues.
+
+Every message is checked by the wire decoder (runtime.aux.wire) before it is queued: one that
+is not a request of this layer is dropped, logged with the peer's routing identity and
+counted (`malformed`), and the serving thread goes on. Should the thread end for any other
+reason, the worker says so (`failure`, `healthy`) and calls `on_death`: the Ray actor ends its
+process there, so that Ray replaces it like any crashed worker (runtime.aux.actors).
 
 The worker announces itself (id, incarnation, requests queued) through the same socket, to
 the proxy's control peer (runtime.aux.proxy): so the proxy counts a worker as ready only
@@ -33,6 +41,7 @@ from typing import Any, cast
 import numpy as np
 import zmq
 
+from runtime.aux.errors import WireError
 from runtime.aux.fairqueue import FairQueues
 from runtime.aux.proxy import CONTROL_ID
 from runtime.aux.refresh import RefreshableService, RefreshError, RefreshPoint, WeightSubscriber
@@ -44,6 +53,7 @@ from runtime.aux.wire import (
     drain,
     encode_reply,
     read_descriptor,
+    read_head,
     recv_message,
     send_message,
     tune,
@@ -55,17 +65,18 @@ log = logging.getLogger(__name__)
 
 SAMPLE_CAP = 4096  # per report: enough for percentiles, bounded for the monitor
 IDLE_POLL_MS = 50  # how long an idle worker waits before checking `stop` and reporting
+LOGGED_DROPS = 10  # malformed messages logged one by one; after these, every LOG_EVERY-th
+LOG_EVERY = 1000
 
 
 @dataclass(slots=True)
 class _Request:
-    client: Any
+    client: bytes  # the proxy's routing identity of the client's connection
     rid: int
-    rank: int
     min_version: int
     deadline: float
-    head: bytes
-    frames: list[Any]
+    method: str
+    payload: dict[str, Any]  # decoded and checked on arrival; views of the frames
     arrived: float
 
 
@@ -87,6 +98,8 @@ class WorkerCore:
         report: Callable[[WorkerSample], None] | None = None,
         report_interval_s: float = 1.0,
         refresh: RefreshPoint | None = None,
+        queue_total: int | None = None,
+        on_death: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.service_name, self.worker_id, self.address = service_name, worker_id, address
         self.service, self.report, self.report_interval_s = service, report, report_interval_s
@@ -94,7 +107,10 @@ class WorkerCore:
         self.tag = int(self.incarnation[:16], 16)  # names this incarnation in every reply
         self.version = 0  # of the weights in use; 0: the service's own
         self.subscriber = self._subscribe(refresh)
-        self.queues: FairQueues[_Request] = FairQueues(queue_size)
+        self.queues: FairQueues[bytes, _Request] = FairQueues(queue_size, queue_total)
+        self.malformed = 0  # messages dropped because the wire decoder refused them
+        self.failure: BaseException | None = None  # what ended the serving thread
+        self.on_death = on_death
         self._sample = WorkerSample(service_name, worker_id, self.incarnation, 0, 0, 0)
         self._next_report = 0.0
         self.stop = threading.Event()
@@ -107,8 +123,24 @@ class WorkerCore:
                                "so its weights cannot be refreshed")
         return WeightSubscriber(refresh, self.worker_id)
 
+    @property
+    def healthy(self) -> bool:
+        """False once the serving thread ended other than by `stop`."""
+        return self.failure is None
+
     def run(self) -> None:
-        """Serve until `stop` is set."""
+        """Serve until `stop` is set; an error that ends the loop is recorded, reported
+        through `on_death` and raised again (the thread ends with it)."""
+        try:
+            self._loop()
+        except BaseException as error:
+            self.failure = error
+            log.critical("%s: the serving thread ended: %r", self.worker_id, error)
+            if self.on_death is not None:
+                self.on_death(error)
+            raise
+
+    def _loop(self) -> None:
         context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         sock = tune(context.socket(zmq.DEALER))
         sock.rcvtimeo = IDLE_POLL_MS  # an idle worker's blocking receive returns this often
@@ -149,13 +181,29 @@ class WorkerCore:
         return self.queues.take()
 
     def _take_in(self, sock: zmq.Socket, message: list[Any]) -> _Request | None:
-        """A received request; None for a probe, which is answered here."""
+        """A received request, checked whole; None for a probe, which is answered here, and
+        for a message the wire decoder refuses, which is dropped."""
         client, head, *frames = message
-        rid, rank, min_version, deadline, length = REQUEST.unpack_from(head)
-        if not length:
-            self._answer_probe(sock, client, rid)
+        try:
+            rid, _, min_version, deadline, length = read_head(head, REQUEST)
+            if not length and len(head) == REQUEST.size and not frames:
+                self._answer_probe(sock, client, rid)
+                return None
+            descriptor, offset = read_descriptor(head, REQUEST)
+            if not descriptor:
+                raise WireError("a request with neither descriptor nor probe head")
+            payload = decode_body(descriptor, offset, head, frames)
+        except WireError as error:
+            self._drop(client, error)
             return None
-        return _Request(client, rid, rank, min_version, deadline, head, frames, time.time())
+        return _Request(client, rid, min_version, deadline, descriptor["method"], payload,
+                        time.time())
+
+    def _drop(self, client: bytes, error: WireError) -> None:
+        self.malformed += 1
+        if self.malformed <= LOGGED_DROPS or not self.malformed % LOG_EVERY:
+            log.warning("%s: dropped a malformed message from peer %s (%d so far): %s",
+                        self.worker_id, client.hex(), self.malformed, error)
 
     def _answer_probe(self, sock: zmq.Socket, client: bytes, rid: int) -> None:
         """The ids of the requests of `client` that wait here. None is in service (this
@@ -165,8 +213,9 @@ class WorkerCore:
         send_message(sock, [client, *reply])
 
     def _admit(self, sock: zmq.Socket, request: _Request) -> None:
-        """Queue one request for its rank, or refuse it when the rank's queue is full."""
-        if not self.queues.offer(request.rank, request):
+        """Queue one request for its connection, or refuse it when that connection's queue
+        or the worker's total is full."""
+        if not self.queues.offer(request.client, request):
             reply = encode_reply(request.rid, Status.BUSY, worker=self.tag)
             send_message(sock, [request.client, *reply])
 
@@ -201,9 +250,7 @@ class WorkerCore:
         """The reply frames; every service error (or unsendable result) goes to the caller.
         The caller subtracts wait and processing from its round trip (transfer, seed §8.2)."""
         try:
-            descriptor, offset = read_descriptor(request.head, REQUEST)
-            payload = decode_body(descriptor, offset, request.head, request.frames)
-            result = self.service.handle(descriptor["method"], payload)
+            result = self.service.handle(request.method, request.payload)
             status, failure = Status.OK, None
         except Exception as error:
             self._sample.errors += 1
