@@ -121,7 +121,8 @@ class WardenActivities:
         """When the hold-off of these suspect signals ends, or "" when a check is due. Read
         afresh: a sweep that listed the node just before a check cleared it may trigger it."""
         notes = memory.notes(self.cluster.get_node(node))
-        return memory.held_off_until(notes, signals, time.time()) or ""
+        holdoff = self.config.detection.cleared_holdoff_s
+        return memory.held_off_until(notes, signals, time.time(), holdoff, node=node) or ""
 
     @activity.defn(name="warden.clear")
     def clear(self, node: str, reason: str, signals: list[str]) -> str:
@@ -144,8 +145,10 @@ class WardenActivities:
         notes = memory.notes(current)
         window = self.config.memory.window_s
         if notes.get(memory.INCIDENT) == incident and current["spec"].get("unschedulable"):
-            return self._outcome(len(memory.recent_cordons(notes, time.time(), window)))
-        patch, count = memory.cordon_patch(notes, time.time(), window, reason, incident)
+            return self._outcome(len(memory.recent_cordons(notes, time.time(), window,
+                                                           node=node)))
+        patch, count = memory.cordon_patch(notes, time.time(), window, reason, incident,
+                                           node=node)
         self.cluster.patch_node(node, patch)
         activity.logger.info("cordoned %s (%d recent): %s", node, count, reason)
         outcome = self._outcome(count)
@@ -159,7 +162,8 @@ class WardenActivities:
     def cordon_memory(self, node: str) -> CordonOutcome:
         """The recent-cordon count of a node already cordoned (recovery sweep)."""
         notes = memory.notes(self.cluster.get_node(node))
-        times = memory.recent_cordons(notes, time.time(), self.config.memory.window_s)
+        times = memory.recent_cordons(notes, time.time(), self.config.memory.window_s,
+                                      node=node)
         return self._outcome(len(times))
 
     def _outcome(self, count: int) -> CordonOutcome:

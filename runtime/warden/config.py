@@ -127,16 +127,20 @@ class DetectionConfig(_Strict):
         description="Faulty node event reasons.",
     )
     events_window_s: float = Field(600.0, gt=0, description="How far back events count.")
+    # Finite and at most a year: it is written as an RFC 3339 end and caps what a node's
+    # annotation may claim (memory.holdoff_end).
     cleared_holdoff_s: float = Field(
-        6 * 3600.0, ge=0, description="After a node check clears a suspect, how long the same "
-        "ambiguous signals start no new check (0: every sweep does); a new or definite signal "
+        6 * 3600.0, ge=0, le=366 * 86400.0, allow_inf_nan=False,
+        description="After a node check clears a suspect, how long the same ambiguous signals "
+        "start no new check (0: every sweep does; at most a year); a new or definite signal "
         "acts at once.")
 
 
 class MemoryConfig(_Strict):
     """Cordon memory kept in node annotations, and escalation."""
 
-    window_s: float = Field(7 * 86400.0, gt=0, description="How long a cordon stays recent.")
+    window_s: float = Field(7 * 86400.0, gt=0, allow_inf_nan=False,
+                            description="How long a cordon stays recent.")
     escalate_after: int = Field(3, ge=1, description="Recent cordons that escalate to repair.")
 
 

@@ -85,12 +85,15 @@ def verdict(node: str, signals: list[Signal]) -> Suspicion | None:
     return None
 
 
-def held_off(node: dict[str, Any], suspicion: Suspicion, now: float) -> bool:
-    """A suspect whose every signal a node check cleared within the hold-off; a definite
-    fault, or a suspect with a signal the check did not see, is never held off."""
+def held_off(node: dict[str, Any], suspicion: Suspicion, now: float, holdoff_s: float) -> bool:
+    """A suspect whose every signal a node check cleared within the hold-off (`holdoff_s`,
+    the configured one, at most); a definite fault, or a suspect with a signal the check did
+    not see, is never held off."""
     if suspicion.trigger.kind != "suspect":
         return False
-    return memory.held_off_until(memory.notes(node), suspicion.trigger.signals, now) is not None
+    notes, name = memory.notes(node), node.get("metadata", {}).get("name", "")
+    until = memory.held_off_until(notes, suspicion.trigger.signals, now, holdoff_s, node=name)
+    return until is not None
 
 
 class Detector:
@@ -113,7 +116,8 @@ class Detector:
             signals = [*telemetry.get(name, []), *condition_signals(self.config, node)]
             signals += event_signals(self.config, events.get(name, []))
             suspicion = verdict(name, signals)
-            if suspicion is not None and not held_off(node, suspicion, now):
+            holdoff = self.config.cleared_holdoff_s
+            if suspicion is not None and not held_off(node, suspicion, now, holdoff):
                 found.append(suspicion)
         return found
 

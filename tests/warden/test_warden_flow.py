@@ -326,3 +326,28 @@ def test_sweeps_keep_running(loop, temporal, warden):
     handle = temporal.client.get_workflow_handle(f"warden-detect-{queue}")
     description = loop.run(handle.describe())
     assert description.status == WorkflowExecutionStatus.RUNNING
+
+
+def test_planted_cordon_stamps_do_not_escalate_a_first_cordon(loop, temporal, doubles, warden):
+    kube, _, gcp = doubles
+    far = f"{time.time() + 365 * 86400:.0f}"  # a year ahead: never written at a cordon
+    kube.put(gpu_node("gpu-planted", **{memory.CORDONS: f"inf,1e300,nan,-5,{far},{far}"}))
+    loop.run(trigger_node(temporal.client, warden, "gpu-planted",
+                          Trigger("fault", "Xid 48", "test")))
+    incident = result(loop, temporal, "gpu-planted")
+    assert not incident.escalated and incident.recent_cordons == 1
+    assert gcp.executions("reportHostAsFaulty") == []
+    assert "," not in notes(kube, "gpu-planted")[memory.CORDONS]  # only the genuine one kept
+
+
+def test_a_year_3000_hold_off_does_not_stop_the_check(loop, temporal, doubles, check_jobs,
+                                                       warden):
+    kube, prom, _ = doubles
+    check_jobs.plan = lambda node, argv: (True, PASS, 0.0)
+    kube.put(gpu_node("gpu-forever", **{memory.CLEARED: "Xid 74",
+                                        memory.CLEARED_UNTIL: "3000-01-01T00:00:00Z"}))
+    prom.set(XID, "gpu-forever", 2, 74)
+    assert result(loop, temporal, "gpu-forever").phase == "cleared"
+    assert len(preflights(kube, "gpu-forever")) == 1
+    until = parse_stamp(notes(kube, "gpu-forever")[memory.CLEARED_UNTIL])
+    assert until is not None and until <= time.time() + warden.detection.cleared_holdoff_s

@@ -119,15 +119,15 @@ def test_a_cleared_suspect_is_held_off_until_the_end_or_a_new_signal():
         return Suspicion("n", Trigger("suspect", "; ".join(signals), signals=signals))
 
     assert until == "1970-01-12T14:46:40Z"  # now + 3600 s
-    assert held_off(node, suspect("Xid 74"), now + 60)
-    assert held_off(node, suspect("Xid 74", "event KernelOops"), now + 3599)
-    assert not held_off(node, suspect("Xid 74"), now + 3600)  # the hold-off is over
-    assert not held_off(node, suspect("Xid 74", "Xid 94"), now)  # a signal the check missed
+    assert held_off(node, suspect("Xid 74"), now + 60, 3600)
+    assert held_off(node, suspect("Xid 74", "event KernelOops"), now + 3599, 3600)
+    assert not held_off(node, suspect("Xid 74"), now + 3600, 3600)  # the hold-off is over
+    assert not held_off(node, suspect("Xid 74", "Xid 94"), now, 3600)  # a signal it missed
     assert not held_off(node, Suspicion("n", Trigger("fault", "Xid 74", signals=("Xid 74",))),
-                        now)  # a definite fault acts at once
-    assert not held_off(node, suspect(), now)  # a person's trigger names no signal
+                        now, 3600)  # a definite fault acts at once
+    assert not held_off(node, suspect(), now, 3600)  # a person's trigger names no signal
     unreadable = {memory.CLEARED: "Xid 74", memory.CLEARED_UNTIL: "tomorrow"}
-    assert not held_off({"metadata": {"annotations": unreadable}}, suspect("Xid 74"), now)
+    assert not held_off({"metadata": {"annotations": unreadable}}, suspect("Xid 74"), now, 3600)
     cordon, _ = memory.cordon_patch(memory.notes(node), now, 86400, "Xid 79", "run/1")
     assert cordon["metadata"]["annotations"][memory.CLEARED] is None  # a cordon forgets it
 
