@@ -6,6 +6,11 @@ agent on it in an isolated workspace; `gkr diagnose show RUN` prints the agent's
 patch; `approve` commits the patch on a new branch and relaunches the run from its last
 checkpoint, `reject` records the decision. The library is generator.diagnose; every command
 imports it in its body, so `gkr --help` stays fast.
+
+Everything the agent wrote reaches the terminal through runtime.crash.display.visible (one
+function: control and invisible characters shown as escapes). `show` prints the proposal's
+digest; `approve --digest` applies that proposal or nothing, and a plain `approve` prints the
+whole proposal and binds to what it printed.
 """
 
 from __future__ import annotations
@@ -201,7 +206,7 @@ def start(
         return
     answer = diagnose(found, settings, [Path.cwd()], _run_dsn(found, dsn), out_console.print,
                       keep)
-    out_console.print(f"root cause: {answer.report.root_cause}")
+    out_console.print(f"root cause: {_shown(answer.report.root_cause)}")
     out_console.print(f"proposed: {'a patch, ' if answer.patch else ''}"
                       f"{len(answer.report.overrides)} override(s); review it with `gkr "
                       f"diagnose show {found.run}`, then `gkr diagnose approve {found.run}` "
@@ -250,40 +255,62 @@ def _in_cluster(found: Bundle, command: tuple[str, ...], cluster: str, namespace
 def show(run: RunArgument, uri: BundleOption = None, output: OutputOption = Output.table,
          dsn: DsnOption = None) -> None:
     """Print the agent's report and patch, and the decision on them."""
-    from generator.diagnose.flow import load_answer
+    from generator.diagnose.flow import load_proposal
 
     found = _find(run, uri, dsn)
-    answer = load_answer(found)
+    proposal = load_proposal(found)
+    answer = proposal.answer
     if output is not Output.table:
         emit([{"run": found.run, "bundle": found.uri, "state": answer.state,
                "decision": answer.decision, "report": answer.report.model_dump(mode="json"),
-               "patch": answer.patch.decode("utf-8", "replace")}], output)
+               "patch": answer.patch.decode("utf-8", "replace"),
+               "digest": proposal.digest}], output)
         return
-    _print_report(found, answer)
+    _print_report(found, proposal)
+    if not answer.decision:
+        out_console.print(f"approve exactly this: gkr diagnose approve {found.run} --digest "
+                          f"{proposal.digest}")
 
 
-def _print_report(found: Bundle, answer: Any) -> None:
+def _shown(text: str) -> str:
+    """Agent-written text as the terminal gets it (runtime.crash.display)."""
+    from runtime.crash.display import visible
+
+    return visible(text)
+
+
+def _print_report(found: Bundle, proposal: Any) -> None:
+    from runtime.crash.display import hidden_count, visible_bytes
+
+    answer = proposal.answer
     report = answer.report
     state = answer.state + ("" if answer.decision else
                             f" (approve or reject: `gkr diagnose approve|reject {found.run}`)")
-    for key, value in (("run", found.run), ("state", state), ("root cause", report.root_cause),
+    for key, value in (("run", found.run), ("state", state),
+                       ("root cause", _shown(report.root_cause)),
                        ("category", f"{report.category} (confidence {report.confidence}, "
                                     f"reproduced: {'yes' if report.reproduced else 'no'})")):
         out_console.print(f"{key + ':':<12} {value}")
     out_console.print("evidence:")
     for item in report.evidence:
-        out_console.print(f"  - {item.claim} [{item.source}]")
-        for line in item.excerpt.splitlines()[:10]:
+        out_console.print(f"  - {_shown(item.claim)} [{_shown(item.source)}]")
+        for line in _shown(item.excerpt).splitlines()[:10]:
             out_console.print(f"      {line}")
     for query in report.queries:
-        out_console.print(f"query {query.name}: {query.finding}\n  {' '.join(query.sql.split())}")
+        out_console.print(f"query {_shown(query.name)}: {_shown(query.finding)}\n  "
+                          f"{_shown(' '.join(query.sql.split()))}")
     if report.overrides:
-        out_console.print(f"overrides:   {' '.join(report.overrides)}")
+        out_console.print(f"overrides:   {_shown(' '.join(report.overrides))}")
     if report.spec_change:
-        out_console.print(f"spec change: {report.spec_change}")
+        out_console.print(f"spec change: {_shown(report.spec_change)}")
     if answer.patch:
         out_console.print("patch:")
-        print_diff(answer.patch.decode("utf-8", "replace"))
+        print_diff(visible_bytes(answer.patch))
+        hidden = hidden_count(answer.patch.decode("utf-8", "replace"))
+        if hidden:
+            out_console.print(f"note: the patch holds {hidden} control or invisible "
+                              "character(s), shown escaped above (\\xNN, \\uNNNN)")
+    out_console.print(f"{'digest:':<12} {proposal.digest}")
 
 
 @diagnose_app.command("approve")
@@ -295,20 +322,27 @@ def approve(
         "--relaunch/--no-relaunch", help="Relaunch a local run from its last checkpoint with "
                                          "the approved code.")] = True,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+    digest: Annotated[str | None, typer.Option(
+        "--digest", help="Apply only the proposal of this digest (as `gkr diagnose show` "
+                         "printed it); anything else is refused.")] = None,
     uri: BundleOption = None,
     dsn: DsnOption = None,
 ) -> None:
     """Apply the proposal: commit its patch on a new branch (your tree is not touched), then
-    relaunch the run from its last checkpoint."""
+    relaunch the run from its last checkpoint. Without --digest the whole proposal is printed
+    first, and the approval binds to what was printed."""
     from generator.diagnose import flow
 
     found = _find(run, uri, dsn)
-    answer = flow.load_answer(found)
-    if not yes and not confirm(f"apply the proposal for run {found.run} ({answer.state}): "
-                               f"{answer.report.root_cause[:200]}?"):
+    proposal = flow.load_proposal(found)
+    if digest is None:
+        _print_report(found, proposal)
+    reviewed = digest or proposal.digest
+    if not yes and not confirm(f"apply the proposal {reviewed} for run {found.run} "
+                               f"({proposal.answer.state})?"):
         raise cancelled(f"approval of run {found.run}'s proposal")
     done = flow.approve(found, [Path.cwd()], branch, relaunch, _run_dsn(found, dsn),
-                        out_console.print)
+                        out_console.print, reviewed)
     if done.relaunch_exit is None:
         out_console.print(f"approved: {done.branch or done.commit[:12]}" + (
             "" if not relaunch else "; a cluster run resumes from its last checkpoint once "

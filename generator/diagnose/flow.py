@@ -5,7 +5,9 @@ bundle is (a local run folder or gs://): `gkr diagnose show` reads them from the
 local agent or the in-cluster Job wrote them. Every step is an event of the run (source
 `diagnose`). An approval builds a branch through the same git path as `submit --gitops` (a
 temporary worktree; the user's tree, index and current branch untouched), then relaunches a
-local run from its last checkpoint, running the branch's code.
+local run from its last checkpoint, running the branch's code. An approval applies only the
+proposal it was given the digest of (generator.diagnose.review), and agent-written text in the
+commit message is escaped as on a terminal (runtime.crash.display).
 """
 
 from __future__ import annotations
@@ -24,6 +26,16 @@ from typing import Any
 
 from generator.cluster.gitops import Patch, checkout, commit_patches
 from generator.cluster.vcs import git_email
+from generator.diagnose.review import (
+    CHANGES,
+    DECISION,
+    Answer,
+    Proposal,
+    check_reviewed,
+    load_answer,
+    load_proposal,
+    verified_changes,
+)
 from generator.diagnose.settings import AgentSettings
 from generator.diagnose.workspace import (
     changes_since,
@@ -34,41 +46,27 @@ from generator.diagnose.workspace import (
 from generator.errors import BadRequest
 from runtime.crash.agent import DIAGNOSIS, agent_env, read_answer, run_agent, save_answer
 from runtime.crash.code import CodeIdentity
-from runtime.crash.files import BundleError
+from runtime.crash.display import visible
+from runtime.crash.files import BundleError, read_plain
 from runtime.crash.index import Bundle, record
 from runtime.crash.launch import Launch
 from runtime.crash.layout import Layout
 from runtime.crash.prompt import write_prompt
-from runtime.crash.report import PATCH, REPORT, DiagnosisReport, parse_report
+from runtime.crash.report import DiagnosisReport
 
 Printer = Callable[[str], None]
-DECISION = "decision.json"
-CHANGES = "code/changes.patch"
+__all__ = ["Answer", "Approved", "Proposal", "approve", "diagnose", "load_answer",
+           "load_proposal", "reject"]
 
 
 @dataclass(frozen=True)
-class Answer:
-    """The agent's answer and the decision on it, as kept beside the bundle."""
+class Base:
+    """What the agent's checkout started from: the repository holding the run's commit, the
+    commit, and the run's checked uncommitted changes."""
 
-    report: DiagnosisReport
-    patch: bytes
-    decision: dict[str, Any] | None
-
-    @property
-    def state(self) -> str:
-        return str(self.decision["decision"]) if self.decision else "proposed"
-
-
-def load_answer(bundle: Bundle) -> Answer:
-    """The answer of the bundle's run; BadRequest when there is none yet."""
-    folder = bundle.folder.child(DIAGNOSIS)
-    if not folder.exists(REPORT):
-        raise BadRequest(f"run {bundle.run} has no diagnosis yet: run `gkr diagnose "
-                         f"{bundle.run}`")
-    report = parse_report(folder.read(REPORT), f"{folder.uri}/{REPORT}")
-    patch = folder.read(PATCH) if folder.exists(PATCH) else b""
-    decision = json.loads(folder.read(DECISION)) if folder.exists(DECISION) else None
-    return Answer(report, patch, decision)
+    repo: Path
+    commit: str
+    changes: bytes
 
 
 # --- running the agent -----------------------------------------------------------------------
@@ -85,9 +83,10 @@ def diagnose(bundle: Bundle, agent: AgentSettings, repos: list[Path], dsn: str |
         env = agent_env(layout, agent.env, dsn, tools=str(Path(sys.executable).parent))
         done = run_agent(agent.command, layout, env, agent.timeout_s)
         report, patch = read_answer(layout, done, bundle.run)
-        patch = patch or changes_since(layout.code, base)
+        # The checkout is the agent's now: read as a work tree of a fresh repository only.
+        patch = patch or changes_since(base.repo, base.commit, base.changes, layout.code)
         if patch:
-            check_patch(layout.code, base, patch)
+            check_patch(base.repo, base.commit, base.changes, patch)
         save_answer(bundle.folder, layout, report, patch)
     except Exception as error:
         record(dsn, bundle.run, "DiagnosisFailed", str(error), "Warning")
@@ -99,18 +98,20 @@ def diagnose(bundle: Bundle, agent: AgentSettings, repos: list[Path], dsn: str |
     return Answer(report, patch, None)
 
 
-def _prepare(bundle: Bundle, layout: Layout, repos: list[Path]) -> str:
-    """The bundle and the run's code in the workspace, and the prompt; the code's base sha."""
+def _prepare(bundle: Bundle, layout: Layout, repos: list[Path]) -> Base:
+    """The bundle and the run's code in the workspace, and the prompt; what the code's
+    checkout starts from (the run's changes checked against its manifest)."""
     bundle.folder.download(layout.bundle, skip=f"{DIAGNOSIS}/")
     code = CodeIdentity.from_dict(bundle.manifest.get("code") or {})
     repo = repository_with(code, repos)
-    changes = (layout.bundle / CHANGES).read_bytes() if (layout.bundle / CHANGES).is_file() \
-        else b""
-    base = clone_code(repo, code, changes, layout.code)
+    local = layout.bundle / CHANGES
+    changes = verified_changes(bundle, read_plain(local) if local.exists() else None,
+                               str(local))
+    clone_code(repo, code, changes, layout.code)
     note = f"a checkout of commit {code.commit[:12]}" + (
         " with the run's uncommitted changes applied" if changes else "")
     write_prompt(layout, note)
-    return base
+    return Base(repo, code.commit, changes)
 
 
 def _remove(folder: Path) -> None:
@@ -131,17 +132,22 @@ class Approved:
 
 
 def approve(bundle: Bundle, repos: list[Path], branch: str | None, relaunch: bool,
-            dsn: str | None, echo: Printer) -> Approved:
-    """Commit the fix on a new branch, record the decision, relaunch (local runs)."""
-    answer = _undecided(bundle)
+            dsn: str | None, echo: Printer, reviewed: str) -> Approved:
+    """Commit the fix on a new branch, record the decision, relaunch (local runs): the
+    proposal whose digest is `reviewed`, read once and applied as read, or nothing
+    (ProposalChanged)."""
+    proposal = load_proposal(bundle)
+    check_reviewed(proposal, reviewed, bundle.run)
+    answer = _undecided(bundle, proposal.answer)
     code = CodeIdentity.from_dict(bundle.manifest.get("code") or {})
     repo = repository_with(code, repos)
-    patches = _patches(bundle, answer)
+    patches = _patches(bundle, proposal)
     name = branch or f"gkr/diagnose-{bundle.run}"
     made = commit_patches(repo, code.commit, name, patches) if patches else None
     commit = made.commit if made else code.commit
     decision = _decide(bundle, "approved", repo, branch=made.branch if made else None,
-                       commit=commit, overrides=answer.report.overrides)
+                       commit=commit, overrides=answer.report.overrides,
+                       digest=proposal.digest)
     record(dsn, bundle.run, "Approved", f"branch {decision['branch']} at {commit[:12]}")
     if made:
         echo(f"branch {made.branch} at {commit[:12]}: {', '.join(made.paths) or 'no files'}")
@@ -156,30 +162,29 @@ def approve(bundle: Bundle, repos: list[Path], branch: str | None, relaunch: boo
 
 def reject(bundle: Bundle, repos: list[Path], reason: str, dsn: str | None) -> dict[str, Any]:
     """Record that the proposal is rejected; nothing else changes."""
-    _undecided(bundle)
+    _undecided(bundle, load_answer(bundle))
     repo = next((r for r in repos if r.is_dir()), Path.cwd())
     decision = _decide(bundle, "rejected", repo, reason=reason)
     record(dsn, bundle.run, "Rejected", reason or "rejected")
     return decision
 
 
-def _undecided(bundle: Bundle) -> Answer:
-    answer = load_answer(bundle)
+def _undecided(bundle: Bundle, answer: Answer) -> Answer:
     if answer.decision is not None:
         raise BadRequest(f"the diagnosis of run {bundle.run} was {answer.state} already; run "
                          f"`gkr diagnose {bundle.run}` for a new one")
     return answer
 
 
-def _patches(bundle: Bundle, answer: Answer) -> list[Patch]:
+def _patches(bundle: Bundle, proposal: Proposal) -> list[Patch]:
     """The run's own uncommitted changes (so the branch holds the code that ran), then the
-    fix."""
-    folder, run = bundle.folder, bundle.run
-    changes = folder.read(CHANGES) if folder.exists(CHANGES) else b""
+    fix: the bytes checked against the digest."""
+    run, changes, answer = bundle.run, proposal.changes, proposal.answer
     found = [Patch(changes, f"The code of run {run} as it ran (its uncommitted changes, from "
                             "its crash bundle)")] if changes else []
     if answer.patch:
-        cause = answer.report.root_cause.strip().splitlines()[0][:200]
+        # `git log` prints the message on a terminal: escaped like everything the agent wrote.
+        cause = visible((answer.report.root_cause.strip().splitlines() or [""])[0])[:200]
         found.append(Patch(answer.patch, f"Fix the failure of run {run}\n\n{cause}\n\n"
                                          "Proposed by `gkr diagnose`, approved by a person."))
     return found
@@ -241,7 +246,7 @@ def relaunch_local(bundle: Bundle, report: DiagnosisReport, repo: Path, commit: 
     with checkout(repo, commit) as tree:
         argv = relaunch_argv(bundle, report, tree, dsn)
         echo(f"relaunching run {bundle.manifest['run_name']} from its last checkpoint, with "
-             f"the approved code ({commit[:12]}): gkr {' '.join(argv[3:])}")
+             f"the approved code ({commit[:12]}): gkr {visible(' '.join(argv[3:]))}")
         path = os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])
         sys.stdout.flush()
         done = subprocess.run(argv, cwd=tree, env={**os.environ, "PYTHONPATH": path},

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import runtime
 from runtime.crash.agent import DIAGNOSIS, agent_env, read_answer, run_agent, save_answer
-from runtime.crash.files import Folder
+from runtime.crash.display import visible
+from runtime.crash.files import Folder, check_name, write_below
 from runtime.crash.layout import Layout
 from runtime.crash.prompt import write_prompt
 from runtime.errors import RuntimeFailure
@@ -37,9 +38,11 @@ def unpack_code(bundle: Path, code: Path) -> str:
         code.symlink_to(image, target_is_directory=True)
         return f"the image's code ({image}; the run's own commit is {identity.get('commit')})"
     parent, _, name = archive.rpartition("/")
-    local = bundle.parent / "tmp" / name
-    local.write_bytes(Folder(parent).read(name))
-    with zipfile.ZipFile(local) as packed:
+    check_name(name, parent)  # the identity is the bundle's: a name, not a path
+    write_below(bundle.parent / "tmp", name, Folder(parent).read(name))
+    # zipfile drops absolute and `..` parts of member names and makes no links (its docs:
+    # ZipFile.extractall).
+    with zipfile.ZipFile(bundle.parent / "tmp" / name) as packed:
         packed.extractall(code)
     return f"the working directory {archive}"
 
@@ -70,7 +73,7 @@ def main(argv: list[str]) -> int:
     except RuntimeFailure as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(f"diagnosis of {run_id}: {report.root_cause}")
+    print(f"diagnosis of {run_id}: {visible(report.root_cause)}")
     return 0
 
 

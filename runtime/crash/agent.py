@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.crash.files import Folder
+from runtime.crash.files import Folder, read_plain
 from runtime.crash.layout import PROMPT, Layout
 from runtime.crash.report import PATCH, REPORT, DiagnosisReport, parse_report
 from runtime.errors import Category, RuntimeFailure
@@ -113,13 +113,13 @@ def read_answer(layout: Layout, run: AgentRun, run_id: str) -> tuple[DiagnosisRe
     if not path.is_file():
         raise AgentFailed(f"the agent (exit {run.exit_code}) wrote no {path}; its output: "
                           f"{run.log}")
-    report = parse_report(path.read_bytes(), str(path))
+    report = parse_report(read_plain(path), str(path))  # a link the agent made is refused
     if report.run != run_id:
         raise AgentFailed(f"{path}: run {report.run!r} is not the run diagnosed, {run_id!r}")
     patch = layout.out / (report.patch or PATCH)
-    if report.patch and not patch.is_file():
+    if report.patch and not patch.exists():
         raise AgentFailed(f"{path}: patch {report.patch!r} names no file in {layout.out}")
-    return report, patch.read_bytes() if patch.is_file() else b""
+    return report, read_plain(patch) if patch.exists() else b""
 
 
 def save_answer(bundle: Folder, layout: Layout, report: DiagnosisReport, patch: bytes) -> None:
@@ -133,5 +133,5 @@ def save_answer(bundle: Folder, layout: Layout, report: DiagnosisReport, patch: 
     if patch:
         answer.write(PATCH, patch)
     for name in (PROMPT, AGENT_LOG):
-        if (layout.root / name).is_file():
-            answer.write(name, (layout.root / name).read_bytes()[-(4 << 20):])
+        if (layout.root / name).exists():  # the agent could have swapped either for a link
+            answer.write(name, read_plain(layout.root / name)[-(4 << 20):])

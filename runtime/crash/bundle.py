@@ -7,6 +7,10 @@ the resolved config and how the run was started, the code identity, the last com
 checkpoint, the run's events and the telemetry queries that fetch its metrics. `bundle.json`
 is written last: a bundle is complete once it exists.
 
+Every text part is written without its secrets (runtime.crash.redact): token-shaped values
+and the values of secret-named keys in env files become `[REDACTED]`, and the manifest counts
+them per part (`redacted`).
+
 Writing never makes the failure worse: it runs in a thread that the driver waits for at most
 `crash.timeout_s`, each part's error is recorded in the bundle and logged rather than raised,
 and parts beyond `crash.max_bytes` are left out and listed.
@@ -14,6 +18,7 @@ and parts beyond `crash.max_bytes` are left out and listed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -22,7 +27,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +38,7 @@ from runtime.crash import logs, queries
 from runtime.crash.code import identify
 from runtime.crash.files import MANIFEST, Folder
 from runtime.crash.launch import Launch
+from runtime.crash.redact import redact
 from runtime.crash.where import bundle_uri
 from runtime.errors import RuntimeFailure
 from runtime.identity import Role
@@ -115,6 +121,7 @@ class _Bundle:
         self.left = crash.config.crash.max_bytes
         self.parts: dict[str, int] = {}
         self.left_out: dict[str, str] = {}
+        self.redacted: dict[str, int] = {}
         self.problems: list[str] = []
         self.clock = time.monotonic()
 
@@ -137,7 +144,9 @@ class _Bundle:
     # --- writing within the budget --------------------------------------------------------
 
     def put(self, name: str, data: bytes, cut: bool = False) -> bool:
-        """Write a part if it fits what is left (a text `cut` to fit keeps its end)."""
+        """Write a part, its secrets redacted, if it fits what is left (a text `cut` to fit
+        keeps its end)."""
+        data = self._clean(name, data)
         if len(data) > self.left:
             if not cut or self.left < 1024:
                 self.left_out[name] = f"{len(data)} bytes: over crash.max_bytes"
@@ -147,6 +156,12 @@ class _Bundle:
         self.left -= len(data)
         self.parts[name] = len(data)
         return True
+
+    def _clean(self, name: str, data: bytes) -> bytes:
+        done = redact(data, name)
+        if done.count:
+            self.redacted[name] = self.redacted.get(name, 0) + done.count
+        return done.data
 
     def put_json(self, name: str, data: Any) -> bool:
         return self.put(name, json.dumps(data, indent=1, default=str).encode())
@@ -198,6 +213,13 @@ class _Bundle:
         launch = self.crash.launch
         folder = Path(launch.config).parent if launch else Path.cwd()
         code, diff = identify(folder, _working_dir())
+        if diff:  # the digest is of the patch as stored: `gkr diagnose` checks it
+            diff = self._clean("code/changes.patch", diff)
+            code = replace(code, changes_sha256=hashlib.sha256(diff).hexdigest(),
+                           changes_bytes=len(diff))
+        if "code/changes.patch" in self.redacted:
+            self.problems.append("code: secrets redacted from the uncommitted changes; the "
+                                 "patch may not apply where they were")
         self.put_json("code/identity.json", code.as_dict())
         if diff and not self.put("code/changes.patch", diff):
             self.problems.append("code: the uncommitted changes exceed crash.max_bytes; only "
@@ -251,10 +273,11 @@ class _Bundle:
             "created": datetime.now(UTC).isoformat(),
             "identity": identity(self.crash.run_id, Role.HEAD).row(),
             "telemetry": _telemetry(self.crash.dsn), **parts,
-            "files": self.parts, "left_out": self.left_out, "problems": self.problems,
-            "elapsed_s": round(time.monotonic() - self.clock, 3),
+            "files": self.parts, "left_out": self.left_out, "redacted": self.redacted,
+            "problems": self.problems, "elapsed_s": round(time.monotonic() - self.clock, 3),
         }
-        self.folder.write(MANIFEST, json.dumps(body, indent=1, default=str).encode())
+        text = json.dumps(body, indent=1, default=str).encode()
+        self.folder.write(MANIFEST, redact(text, MANIFEST).data)
 
     def _announce(self) -> None:
         """The CrashBundle event, so that `gkr runs` and `gkr bundle` find the bundle."""

@@ -6,7 +6,8 @@ the rank writes `ranks/<rank>.json` (its identity, the exception with its whole 
 chained causes, the ring) and its Flight Recorder buffer into the run's bundle folder, then
 the exception goes on to Ray Train unchanged. On a cluster, this is the only place where a
 rank's traceback and log lines reach the bundle in full: the driver cannot read other nodes'
-files. Bounded in time and size; a failure to write is logged, never raised.
+files. Its secrets are redacted (runtime.crash.redact). Bounded in time and size; a failure
+to write is logged, never raised.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runtime.crash.files import Folder
+from runtime.crash.redact import redact
 from runtime.crash.where import bundle_uri
 from runtime.identity import Role
 from runtime.train.config import TrainConfig
@@ -83,7 +85,8 @@ def write_rank_report(config: TrainConfig, run_id: str, rank: int, replica_group
 
     def write() -> None:
         try:
-            folder.write(f"ranks/{name}.json", json.dumps(report, indent=1).encode())
+            text = json.dumps(report, indent=1).encode()  # its secrets out (crash.redact)
+            folder.write(f"ranks/{name}.json", redact(text, f"ranks/{name}.json").data)
             dump = _flight_recorder(limit)
             if dump:
                 sub = "" if replica_group < 0 else f"group-{replica_group}/"
