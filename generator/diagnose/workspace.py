@@ -42,7 +42,8 @@ SAFE_CONFIG = (
     "-c", "core.attributesFile=/dev/null",  # gitattributes(5): no user attributes file
     "-c", "core.editor=false", "-c", "sequence.editor=false",
     "-c", "credential.helper=",  # gitcredentials(7): an empty helper resets the list
-    "-c", "protocol.allow=never",  # git-config(1) protocol.allow: no transport at all
+    "-c", "protocol.allow=never",  # git-config(1) protocol.allow: no network transport;
+    "-c", "protocol.file.allow=always",  # only the local clone of the user's repository
 )
 
 

@@ -97,7 +97,7 @@ class Folder:
         copied. Every name is checked before anything is written."""
         names = [name for name in self.names() if not (skip and name.startswith(skip))]
         for name in names:
-            check_name(name, self.uri)
+            _refuse_links_on_the_way(target, check_name(name, self.uri), name)
         target.mkdir(parents=True, exist_ok=True)
         for name in names:
             write_below(target, name, self._read_plain(name))
@@ -140,6 +140,20 @@ def _name_problem(name: str) -> str:
     if "" in parts or "." in parts:
         return "it has an empty or '.' component"
     return ""
+
+
+def _refuse_links_on_the_way(root: Path, parts: list[str], name: str) -> None:
+    """BundleError if a link already stands where `name` would go below `root`: checked for
+    every name before anything is written (writing checks again, with O_NOFOLLOW)."""
+    path = root
+    for index, part in enumerate(parts):
+        path = path / part
+        if path.is_symlink():
+            where = "/".join(parts[:index + 1])
+            raise BundleError(f"{root}/{where} is refused: a symbolic link (links are never "
+                              f"followed; it stands where {name} would go)")
+        if not path.exists():
+            return
 
 
 def write_below(root: Path, name: str, data: bytes) -> None:
