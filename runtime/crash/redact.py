@@ -30,7 +30,7 @@ from dataclasses import dataclass
 PLACEHOLDER = b"[REDACTED]"
 _WORDS = rb"(?:TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL)"
 _TOKENS = re.compile(
-    rb"gh[pousr]_[A-Za-z0-9]{20,}"
+    rb"(?=[-gyAxeh])(?:gh[pousr]_[A-Za-z0-9]{20,}"
     rb"|github_pat_[A-Za-z0-9_]{20,}"
     rb"|ya29\.[A-Za-z0-9_.\-]{10,}"
     rb"|AIza[0-9A-Za-z_\-]{35}"
@@ -38,15 +38,15 @@ _TOKENS = re.compile(
     rb"|-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY-----|.*\Z)"
     rb"|xox[abposr]-[A-Za-z0-9\-]{10,}"
     rb"|eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}"
-    rb"|hf_[A-Za-z0-9]{30,}",
+    rb"|hf_[A-Za-z0-9]{30,})",
     re.DOTALL)
 # An env file's `KEY=value`, `KEY: value`, `export KEY=value`, `"key": "value"`: any case.
 _ENV_PAIR = re.compile(
-    rb"(?i)(?<![A-Za-z0-9_])([A-Za-z0-9_.\-]*" + _WORDS + rb"[A-Za-z0-9_.\-]*[\"']?[ \t]*[=:]"
-    rb"[ \t]*[\"']?)(?!\[REDACTED\])([^\s\"'\\,;#]+)")
+    rb"(?i)(?<![A-Za-z0-9_])(?=[A-Za-z])([A-Za-z0-9_.\-]*" + _WORDS
+    + rb"[A-Za-z0-9_.\-]*[\"']?[ \t]*[=:][ \t]*[\"']?)(?!\[REDACTED\])([^\s\"'\\,;#]+)")
 # Elsewhere: an environment variable's literal value.
 _UPPER_PAIR = re.compile(
-    rb"(?<![A-Z0-9_])([A-Z0-9_]*" + _WORDS + rb"[A-Z0-9_]*[\"']?[ \t]*[=:][ \t]*[\"']?)"
+    rb"(?<![A-Z0-9_])(?=[A-Z])([A-Z0-9_]*" + _WORDS + rb"[A-Z0-9_]*[\"']?[ \t]*[=:][ \t]*[\"']?)"
     rb"(?!\[REDACTED\])([A-Za-z0-9_\-./+=~]{8,})(?=[\s\"',;}\]\\]|\Z)")
 # A Kubernetes env entry: `name: GH_TOKEN` then `value: ...` on the next line.
 _KUBE_ENV = re.compile(

@@ -394,3 +394,17 @@ def test_each_token_shape_is_redacted(text: str) -> None:
 def test_code_that_names_a_secret_is_left_intact() -> None:
     code = b'+API_KEY = os.environ["API_KEY"]\n+MAX_KEY = 5\n+sort_key = lambda x: x\n'
     assert redact(b"diff --git a/x.py b/x.py\n" + code, "code/changes.patch").count == 0
+
+
+SHAPED = [PLANTED[name] for name in ("hf", "github", "pat", "google", "aws", "slack", "jwt")]
+AROUND = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)),
+                 max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(AROUND, st.sampled_from(SHAPED), AROUND, st.sampled_from(["logs/rank-0.err", ".env",
+                                                                "ranks/rank-0.json"]))
+def test_a_token_in_any_surrounding_text_is_redacted(before: str, token: str, after: str,
+                                                     name: str) -> None:
+    text = f"{before} {token}\n{after}".encode()
+    assert token.encode() not in redact(text, name).data
