@@ -44,6 +44,7 @@ from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
 from runtime.errors import RuntimeFailure
 from runtime.ft.batches import QuorumBatches, SampleLedger
 from runtime.ft.config import FaultToleranceConfig
+from runtime.ft.listen import listen_host, pod_bound_managers
 from runtime.ft.shrink import Drop, ShrinkTarget, board_name, shrink_request, shrink_target
 from runtime.ft.watchdog import Watchdog
 from runtime.identity import Identity
@@ -247,7 +248,9 @@ class ReplicaGroup:
         store, timeout = self.address, timedelta(seconds=self.ft.timeout_s)
         gpu = torch.cuda.is_available() and self.config.layout.gpus_per_worker > 0
         pg = _quorum_group(ProcessGroupNCCL if gpu else ProcessGroupGloo, self.quorum, timeout)
-        host = ray.util.get_node_ip_address()
+        # Bound to and advertised at the pod's IP, never every interface (runtime.ft.listen).
+        pod_bound_managers()
+        host = listen_host()
         return Manager(
             pg=pg, load_state_dict=None, state_dict=None,
             min_replica_size=self.ft.min_replica_groups, use_async_quorum=False,

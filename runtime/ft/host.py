@@ -19,6 +19,7 @@ import ray
 
 from runtime.aux.coordinator import AuxCoordinator
 from runtime.errors import RuntimeFailure
+from runtime.ft.listen import listen_host, socket_address
 from runtime.ft.replica import ReplicaSpec, quiet_torchft
 from runtime.ft.shrink import start_board
 from runtime.planner import CapacityPlan
@@ -65,8 +66,10 @@ class ReplicaHost:
         from torchft.coordination import LighthouseServer  # torchft only when it is on
 
         ft = self.ft
+        # The pod's IP, not every interface (runtime.ft.listen): only the job's own pods
+        # may reach it (the job's NetworkPolicy), and its kill endpoint asks for nothing.
         self.lighthouse = LighthouseServer(
-            bind="[::]:0", min_replicas=ft.min_replica_groups,
+            bind=socket_address(listen_host(), 0), min_replicas=ft.min_replica_groups,
             join_timeout_ms=int(ft.join_timeout_s * 1000),
             heartbeat_timeout_ms=int(ft.heartbeat_timeout_s * 1000),
         )
@@ -79,9 +82,10 @@ class ReplicaHost:
 
     @property
     def address(self) -> str:
-        """The Lighthouse as workers on other nodes reach it (its own name is the hostname)."""
+        """The Lighthouse as workers on other nodes reach it: the address it is bound to (its
+        own name for itself is the hostname)."""
         port = urlsplit(self.lighthouse.address()).port
-        return f"http://{ray.util.get_node_ip_address()}:{port}"
+        return f"http://{socket_address(listen_host(), port or 0)}"
 
     def explain(self) -> str:
         """One line for the driver's output."""
