@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -33,7 +34,8 @@ from typing import Any, Protocol, cast, runtime_checkable
 import torch
 import torch.distributed as dist
 
-from runtime.aux.errors import AuxError
+from runtime.aux.errors import AuxError, WireError
+from runtime.aux.wire import MAX_ARRAYS, MAX_DIMS, MAX_ELEMENTS, parse_json
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +129,51 @@ def _start_broadcast(group: Group, tensors: list[torch.Tensor]) -> list[Any]:
 def _broadcast(group: Group, tensors: list[torch.Tensor]) -> None:
     for work in _start_broadcast(group, tensors):
         work.wait()
+
+
+MAX_MANIFEST = 16 << 20  # bytes of one version's manifest
+# The dtypes a refresh may carry, by the names Snapshot.of writes.
+_TORCH_DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+    torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)}
+
+
+def read_manifest(manifest: bytes) -> tuple[list[torch.dtype], list[int]]:
+    """A version's buffer dtypes and sizes, after checking the whole manifest: known dtypes
+    only, sizes and shapes of bounded non-negative ints, every entry inside its buffer (so
+    that Snapshot.tensors cannot fail on it). Raises WireError."""
+    layout = parse_json(manifest)
+    dtypes, sizes, entries = layout.get("dtypes"), layout.get("sizes"), layout.get("entries")
+    if not isinstance(dtypes, list) or not isinstance(sizes, list) \
+            or not isinstance(entries, list) or len(dtypes) != len(sizes) \
+            or len(dtypes) > MAX_ARRAYS:
+        raise WireError("a refresh manifest holds 'dtypes' and 'sizes' of one length (at most "
+                        f"{MAX_ARRAYS}) and 'entries'")
+    if not all(type(d) is str and d in _TORCH_DTYPES for d in dtypes):
+        raise WireError(f"a refresh manifest's dtypes must be among {sorted(_TORCH_DTYPES)}")
+    if not all(_count(n) for n in sizes):
+        raise WireError(f"a refresh manifest's sizes must be ints in 0..{MAX_ELEMENTS}")
+    for entry in entries:
+        _check_entry(entry, sizes)
+    return [_TORCH_DTYPES[d] for d in dtypes], sizes
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= MAX_ELEMENTS
+
+
+def _check_entry(entry: Any, sizes: list[int]) -> None:
+    if not isinstance(entry, list) or len(entry) != 4:
+        raise WireError("a refresh manifest entry is [name, buffer, offset, shape]")
+    name, index, offset, shape = entry
+    if type(name) is not str or type(index) is not int or not 0 <= index < len(sizes) \
+            or not _count(offset) or not isinstance(shape, list) or len(shape) > MAX_DIMS \
+            or not all(_count(n) for n in shape):
+        raise WireError(f"refresh manifest entry {str(name)[:60]!r}: a name, a buffer index "
+                        f"below {len(sizes)}, an offset and a shape of bounded ints")
+    if offset + math.prod(shape) > sizes[index]:
+        raise WireError(f"refresh manifest entry {name!r} ends past its buffer of "
+                        f"{sizes[index]} elements")
 
 
 @dataclass(frozen=True)
@@ -270,6 +317,7 @@ class WeightSubscriber:
         # A worker starting while versions exist (a restart) must not serve older weights.
         self.floor = self.store.add(_VERSION, 0)
         self._staged: tuple[int, dict[str, torch.Tensor]] | None = None
+        self.malformed = 0  # versions dropped because their manifest was refused
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"refresh-{label}", daemon=True)
         self._thread.start()
@@ -287,6 +335,10 @@ class WeightSubscriber:
                 return
             try:
                 self._receive(group, device)
+            except WireError as error:  # not what a publisher sends: drop the group
+                self.malformed += 1
+                log.warning("refresh of %s: dropped a malformed version (%s); joining again",
+                            self.label, error)
             except RuntimeError as error:  # the publisher left or failed: join again
                 log.warning("refresh group of %s broke (%s); joining again", self.label, error)
 
@@ -311,12 +363,15 @@ class WeightSubscriber:
             version, size = (int(x) for x in header.tolist())
             if version == 0:
                 continue  # keepalive
+            if not 0 < size <= MAX_MANIFEST or version < 0:
+                raise WireError(f"a refresh header of version {version} announces a manifest "
+                                f"of {size} bytes; allowed: 1..{MAX_MANIFEST}")
             text = torch.empty(size, dtype=torch.uint8, device=device)
             _broadcast(group, [text])
             manifest = bytes(text.cpu().numpy())
-            layout = json.loads(manifest)
-            buffers = [torch.empty(n, dtype=getattr(torch, d), device=device)
-                       for d, n in zip(layout["dtypes"], layout["sizes"], strict=True)]
+            dtypes, sizes = read_manifest(manifest)
+            buffers = [torch.empty(n, dtype=d, device=device) for d, n in zip(dtypes, sizes,
+                                                                              strict=True)]
             _broadcast(group, buffers)
             self._staged = (version, Snapshot(version, manifest, buffers).tensors())
 

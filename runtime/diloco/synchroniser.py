@@ -16,18 +16,19 @@ learner has left, after saving the outer state.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 import zmq
 
-from runtime.aux.wire import drain, tune
+from runtime.aux.errors import WireError
 from runtime.diloco.config import SynchroniserConfig
 from runtime.diloco.errors import DilocoError
+from runtime.diloco.keys import server_keys
 from runtime.diloco.link import (
     JOIN,
     LEAVE,
@@ -38,6 +39,7 @@ from runtime.diloco.link import (
     send_refusal,
 )
 from runtime.diloco.outer import OuterState, OuterStore
+from runtime.diloco.secure import ServerLink
 
 log = logging.getLogger(__name__)
 IDLE_POLL_S = 1.0
@@ -100,8 +102,12 @@ class Synchroniser:
         self.left: set[str] = set()
         self.round = _Round()
         self.records: list[RoundRecord] = []
-        self.sock = tune(zmq.Context.instance().socket(zmq.ROUTER))
+        keys = server_keys(Path(config.keys), config.learners) if config.keys else None
+        self.link = ServerLink(keys)
+        self.sock = self.link.sock
+        self.impostors = 0  # requests whose claimed learner is not the key's: refused
         self.last_message = clock()
+        self.malformed = 0  # messages dropped because the decoder refused them
 
     def bind(self) -> str:
         """Listen; returns the address, with the port picked when the config said `*`."""
@@ -114,13 +120,13 @@ class Synchroniser:
         try:
             while not self._finished():
                 if self.sock.poll(int(self._wait_s() * 1000), zmq.POLLIN):
-                    for client, head, *frames in drain(self.sock, heads=2, ready=True):
-                        self._receive(client, head, frames)
+                    for peer, (client, head, *frames) in self.link.drain(ready=True):
+                        self._receive(client, head, frames, peer)
                 if self._due():
                     self._merge()
             return self.records
         finally:
-            self.sock.close()
+            self.link.close()
 
     def _finished(self) -> bool:
         if not self.members and self.left and set(self.config.learners) <= self.left:
@@ -149,14 +155,31 @@ class Synchroniser:
         complete = awaited <= self.round.contributors
         return complete or self.clock() - started >= self.config.round_timeout_s
 
-    def _receive(self, client: bytes, head: bytes, frames: list[Any]) -> None:
+    def _receive(self, client: bytes, head: bytes, frames: list[Any],
+                 peer: str | None = None) -> None:
+        """Handle one message; one the decoder refuses (runtime.aux.wire and
+        runtime.diloco.fields check every byte and field before use) is dropped, logged
+        with the peer's routing identity and counted, and serving goes on."""
         try:
             request = read_request(client, head, frames)
-        except (ValueError, KeyError, TypeError, struct.error) as error:
-            log.warning("%s: dropped a message that is no DiLoCo request: %s", self.config.run,
-                        error)
+        except WireError as error:
+            self.malformed += 1
+            log.warning("%s: dropped a malformed message from peer %s (%d so far): %s",
+                        self.config.run, client.hex(), self.malformed, error)
+            return
+        if peer is not None and request.learner != peer:
+            self._impostor(request, peer)
             return
         self._handle(request)
+
+    def _impostor(self, request: Request, peer: str) -> None:
+        """A learner's key sent a request in another learner's name: nothing of it is used,
+        and the answer carries no weights (CURVE binds each name to its key: secure.py)."""
+        self.impostors += 1
+        log.warning("%s: refused %s from the key of %r, which claimed to be %r (%d so far)",
+                    self.config.run, request.method, peer, request.learner, self.impostors)
+        send_refusal(self.sock, request, f"this key belongs to learner {peer!r}, not "
+                                         f"{request.learner!r}")
 
     def _handle(self, request: Request) -> None:
         self.last_message = self.clock()
