@@ -9,7 +9,9 @@ Both sides train the same MLP for the same number of steps on the same number of
 * DiLoCo: every H steps each learner sends its weights to the synchroniser
   (`python -m runtime.diloco`, ZeroMQ TCP on loopback) and waits for the merge (barrier
   mode). Bytes are the wire format's frames, counted by the learner; sync time is how long
-  training waited, and the synchroniser's round time is from its log.
+  training waited, and the synchroniser's round time is from its log. DiLoCo runs twice, over
+  a plaintext link and over CURVE (encrypted and authenticated, as every real experiment
+  runs), and the round and sync times of both are printed with their ratio.
 
 Loopback has no WAN latency or bandwidth limit, so the times show the overheads of each
 path here; the byte ratio is what carries over to cross-region links.
@@ -36,7 +38,9 @@ import torch.distributed as dist
 from torch import nn
 
 from runtime.diloco.config import DilocoConfig
+from runtime.diloco.keys import SYNCHRONISER
 from runtime.diloco.learner import DilocoLearner
+from runtime.diloco.local import run_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 256
@@ -88,12 +92,16 @@ def _dp_rank(rank: int, args: argparse.Namespace, port: int, out: Any) -> None:
     dist.destroy_process_group()
 
 
-def _learner(index: int, args: argparse.Namespace, endpoint: str, out: Any) -> None:
+def _learner(index: int, args: argparse.Namespace, link: tuple[str, Path | None],
+             out: Any) -> None:
     torch.set_num_threads(1)
     net = _model(args.hidden)
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
-    config = DilocoConfig(enabled=True, endpoint=endpoint, learner=f"learner-{index}",
-                          index=index, learners=args.learners, inner_steps=args.inner)
+    endpoint, keys = link
+    name = f"learner-{index}"
+    config = DilocoConfig(enabled=True, endpoint=endpoint, learner=name, index=index,
+                          learners=args.learners, inner_steps=args.inner,
+                          keys=str(keys / name) if keys else None, plaintext=keys is None)
     learner = DilocoLearner(config, net, rank=0)
     learner.join()
     for step in range(1, args.steps + 1):
@@ -126,18 +134,25 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _diloco(args: argparse.Namespace, folder: Path) -> tuple[list[dict[str, Any]], list[float]]:
+def _diloco(args: argparse.Namespace, folder: Path,
+            curve: bool) -> tuple[list[dict[str, Any]], list[float]]:
+    """One DiLoCo run: with `curve`, keys made for it as a local run makes them
+    (runtime.diloco.local.run_keys) and the link authenticated and encrypted; without,
+    plaintext."""
+    folder.mkdir()
     log, out = folder / "sync.log", folder / "sync.out"
-    names = ",".join(f"learner-{i}" for i in range(args.learners))
+    names = [f"learner-{i}" for i in range(args.learners)]
+    keys = folder / "keys" if curve else None
+    link = ["--keys", str(run_keys(keys, names)[SYNCHRONISER])] if keys else ["--plaintext"]
     with log.open("wb") as err, out.open("wb") as std:
         sync = subprocess.Popen([sys.executable, "-m", "runtime.diloco", "--bind",
-                                 "tcp://127.0.0.1:*", "--learners", names],
+                                 "tcp://127.0.0.1:*", "--learners", ",".join(names), *link],
                                 cwd=ROOT, stdout=std, stderr=err)
     while not (found := re.search(r"listening on (\S+)", out.read_text())):
         if sync.poll() is not None:
             raise SystemExit(f"the synchroniser failed: {log.read_text()}")
         time.sleep(0.1)
-    results = _run(_learner, args, found[1])
+    results = _run(_learner, args, (found[1], keys))
     sync.wait(120)
     rounds = [float(m[1]) for m in re.finditer(r"MB out, ([\d.]+) s", log.read_text())]
     return results, rounds
@@ -174,6 +189,22 @@ def _report(args: argparse.Namespace, dp: list[dict[str, Any]],
           f"communicating: {sum(dp_times) / sum(r[2] for r in records):.1f}x")
 
 
+def _report_curve(args: argparse.Namespace, plain: tuple[list[dict[str, Any]], list[float]],
+                  curve: tuple[list[dict[str, Any]], list[float]]) -> None:
+    """The same DiLoCo run over a plaintext link and over CURVE (encrypted, authenticated)."""
+    k = args.learners
+    for label, index in (("synchroniser round", 1), ("learner sync wait", 0)):
+        values = [_waits(run) if index == 0 else run[1] for run in (plain, curve)]
+        medians = [statistics.median(v) for v in values]
+        print(f"{label}: plaintext {_ms(values[0], k if index == 0 else 1)}; CURVE "
+              f"{_ms(values[1], k if index == 0 else 1)}; CURVE / plaintext p50 = "
+              f"{medians[1] / medians[0]:.2f}x")
+
+
+def _waits(run: tuple[list[dict[str, Any]], list[float]]) -> list[float]:
+    return [r[2] for learner in run[0] for r in learner["records"]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--learners", type=int, default=3)
@@ -188,8 +219,10 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, load average {load} (other work shares them)")
     dp = _run(_dp_rank, args, _free_port())
     with tempfile.TemporaryDirectory() as folder:
-        learners, rounds = _diloco(args, Path(folder))
-    _report(args, dp, learners, rounds)
+        plain = _diloco(args, Path(folder) / "plaintext", curve=False)
+        curve = _diloco(args, Path(folder) / "curve", curve=True)
+    _report(args, dp, *curve)
+    _report_curve(args, plain, curve)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from generator.spec import Diloco, JobSpec, Learner
 from generator.specs import LoadedSpec, SpecSource
 from generator.units import parse_duration
 from generator.yamlio import FieldPath
-from runtime.diloco.config import DilocoConfig, SynchroniserConfig
+from runtime.diloco.config import KEY_DIR, DilocoConfig, SynchroniserConfig
 from runtime.identity import Env, Label, Role
 
 SYNCHRONISER_CMD = "python -m runtime.diloco"
@@ -41,6 +41,7 @@ LEARNER_FIELDS = ("cluster", "accelerator", "pods", "gpus", "cpus", "memory")
 NOT_FOR_SYNCHRONISER = ("diloco", "head", "relaunch_reservation", "rack_affinity",
                         "accelerator", "gpus", "cpus", "memory", "pods", "working_dir")
 PER_VPC = "each cluster has its own VPC (terraform/modules/gke-cluster/network.tf)"
+KEY_SECRET_SUFFIX = "diloco-keys"
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,14 @@ def _part(job: ResolvedJob, run: str, learner: str, settings: str,
           exposure: Exposure | None) -> ResolvedJob:
     workload = replace(job.workload, run=run, learner=learner)
     return replace(job, workload=workload, labels=job.spec.labels | workload.labels(),
-                   gkr_env={Env.DILOCO: settings}, exposure=exposure)
+                   gkr_env={Env.DILOCO: settings}, exposure=exposure,
+                   key_secret=key_secret(job.name))
+
+
+def key_secret(job: str) -> str:
+    """The Secret holding a part's CURVE keys (made by `gkr diloco keys`, mounted at
+    `KEY_DIR` in its pods: generator.pods.key_volumes)."""
+    return f"{job}-{KEY_SECRET_SUFFIX}"
 
 
 def _synchroniser_settings(spec: JobSpec, names: tuple[str, ...]) -> str:
@@ -182,7 +190,7 @@ def _synchroniser_settings(spec: JobSpec, names: tuple[str, ...]) -> str:
     return SynchroniserConfig(
         bind=f"tcp://*:{section.synchroniser.port}", run=spec.name, learners=names,
         outer=section.outer, round_timeout_s=parse_duration(section.round_timeout),
-        checkpoint=section.synchroniser.checkpoint,
+        checkpoint=section.synchroniser.checkpoint, keys=KEY_DIR,
     ).model_dump_json()
 
 
@@ -207,7 +215,7 @@ def _learner_settings(spec: JobSpec, synchroniser: ResolvedJob, job: ResolvedJob
         learner=section.learners[index].name, index=index, learners=len(section.learners),
         inner_steps=section.inner_steps, mode=section.mode, merge=section.merge,
         outer=section.outer, round_timeout_s=parse_duration(section.round_timeout),
-        timeout_s=parse_duration(section.learner_timeout),
+        timeout_s=parse_duration(section.learner_timeout), keys=KEY_DIR,
     ).model_dump_json()
 
 
@@ -281,8 +289,9 @@ def _load_balancer(address: str | None, ranges: list[str], where: FieldPath,
     else:
         yield from _address(address, (*where, "address"), remote)
     if not ranges:
-        yield (*where, "source_ranges"), ("list the learner clusters' egress (NAT) ranges: the "
-                                          "weights travel unencrypted")
+        yield (*where, "source_ranges"), ("list the learner clusters' egress (NAT) ranges: "
+                                          "CURVE refuses strangers, but only after each "
+                                          "one's handshake")
     for index, text in enumerate(ranges):
         try:
             network = ipaddress.ip_network(text)
@@ -290,8 +299,8 @@ def _load_balancer(address: str | None, ranges: list[str], where: FieldPath,
             yield (*where, "source_ranges", index), f"{text!r} is not a CIDR range"
             continue
         if network.prefixlen == 0:
-            yield (*where, "source_ranges", index), (f"{text} admits everyone; the weights "
-                                                     "travel unencrypted")
+            yield (*where, "source_ranges", index), (f"{text} admits everyone to the "
+                                                     "synchroniser's handshakes")
 
 
 def _address(text: str, where: FieldPath, remote: bool) -> Iterator[Finding]:

@@ -10,6 +10,7 @@ from typing import Any
 from generator.catalog import Catalog
 from generator.resolve import ResolvedJob
 from generator.telemetry import DUMP_VOLUME, FR_SUBFOLDER, POD_DUMP_DIR, Telemetry, collective_env
+from runtime.diloco.config import KEY_DIR
 from runtime.identity import Env, Label, Role
 from runtime.pods import ContainerPlan, NodeChecks, PodPlan
 
@@ -25,6 +26,8 @@ CONTAINER = {Role.HEAD: "ray-head", Role.WORKER: "ray-worker", Role.JOB: "main",
 # What a pod learns about where it runs, from the downward API (telemetry rows carry it).
 DOWNWARD = {Env.POD: "metadata.name", Env.NODE: "spec.nodeName"}
 RUNTIME_IMAGE = "gkr-runtime"  # the catalog's image with the `runtime` package
+KEY_VOLUME = "diloco-keys"
+KEY_MODE = 0o400
 
 
 def plan_pods(job: ResolvedJob) -> dict[Role, PodPlan]:
@@ -45,7 +48,8 @@ def _plan(job: ResolvedJob, role: Role) -> PodPlan:
         priority_class=job.priority.priority_class,
         restart_never=role == Role.JOB,
         affinity=_rack_affinity(job, role) if on_gpu else None,
-        volumes=[dump_volume(job.platform.telemetry)] if on_gpu else (),
+        volumes=[*([dump_volume(job.platform.telemetry)] if on_gpu else ()),
+                 *key_volumes(job, role)],
     )
 
 
@@ -62,7 +66,7 @@ def _container(job: ResolvedJob, role: Role, on_gpu: bool) -> ContainerPlan:
         working_dir=job.container_working_dir,
         env=_env(job, role, on_gpu),
         ports=RAY_HEAD_PORTS if head else None,
-        volume_mounts=dump_mounts(job) if on_gpu else (),
+        volume_mounts=[*(dump_mounts(job) if on_gpu else ()), *key_mounts(job, role)],
     )
 
 
@@ -114,6 +118,24 @@ def dump_mounts(job: ResolvedJob) -> list[dict[str, Any]]:
     return [{"name": DUMP_VOLUME, "mountPath": POD_DUMP_DIR, "subPath": folder},
             {"name": DUMP_VOLUME, "mountPath": f"{POD_DUMP_DIR}/{FR_SUBFOLDER}",
              "subPath": f"{folder}/{FR_SUBFOLDER}"}]
+
+
+def key_volumes(job: ResolvedJob, role: Role) -> list[dict[str, Any]]:
+    """A DiLoCo part's CURVE keys (runtime.diloco.keys), from the Secret `gkr diloco keys`
+    makes: owner-read-only files (defaultMode 0400). Not optional: a pod without its keys
+    waits in ContainerCreating, saying which Secret is missing, rather than starting a link
+    that cannot authenticate. Every role that may run the learner's rank 0 (head and
+    workers) or the synchroniser gets them; the sentinel does not."""
+    if job.key_secret is None or role == Role.SENTINEL:
+        return []
+    return [{"name": KEY_VOLUME, "secret": {"secretName": job.key_secret,
+                                            "defaultMode": KEY_MODE}}]
+
+
+def key_mounts(job: ResolvedJob, role: Role) -> list[dict[str, Any]]:
+    if not key_volumes(job, role):
+        return []
+    return [{"name": KEY_VOLUME, "mountPath": KEY_DIR, "readOnly": True}]
 
 
 def _rack_affinity(job: ResolvedJob, role: Role) -> dict[str, Any] | None:

@@ -72,6 +72,8 @@ class ResolvedJob:
     # get beside their identity, and the Service the job's template renders in front of them.
     gkr_env: dict[str, str] = field(default_factory=dict)
     exposure: Exposure | None = None
+    # The Secret of the part's CURVE keys (`gkr diloco keys`), mounted into its pods.
+    key_secret: str | None = None
 
     @property
     def name(self) -> str:

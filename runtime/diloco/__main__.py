@@ -36,6 +36,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--idle-timeout", type=float, dest="idle_timeout_s",
                         help="Seconds without any learner before giving up.")
     parser.add_argument("--checkpoint", help="Folder or fsspec URI of the outer state.")
+    parser.add_argument("--keys", help="Folder of the synchroniser's CURVE keys "
+                        "(synchroniser.secret, learner.NAME.public).")
+    parser.add_argument("--plaintext", action="store_true", default=None,
+                        help="No keys: an unauthenticated, unencrypted link (loopback tests).")
     return parser
 
 

@@ -20,6 +20,7 @@ from runtime.identity import Env
 
 LEARNER_NAME = r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$"
 ENDPOINT = r"^tcp://\S+:(\d+|\*)$"
+KEY_DIR = "/etc/gkr/diloco-keys"  # where rendered pods mount their CURVE keys' Secret
 
 
 class _Section(BaseModel):
@@ -75,11 +76,20 @@ class DilocoConfig(_Section):
     """How long the synchroniser waits for a round's missing learners before dropping them."""
     timeout_s: float = Field(900.0, gt=0)
     """How long a learner waits for a merge; then it trains on and rejoins at the next sync."""
+    keys: str | None = None
+    """Folder of this learner's CURVE keys (runtime.diloco.keys): its secret key and the
+    synchroniser's public key. The rendered pods mount them from the Secret `gkr diloco keys`
+    makes; a local run makes its own."""
+    plaintext: bool = False
+    """No keys: the link is neither encrypted nor authenticated (tests and benchmarks on
+    loopback only)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> DilocoConfig:
         if self.enabled and self.endpoint is None:
             raise ValueError("an enabled learner needs endpoint: tcp://HOST:PORT")
+        if self.enabled:
+            _keys_or_plaintext(self.keys, self.plaintext)
         if self.index >= self.learners:
             raise ValueError(f"index {self.index} is not below learners ({self.learners})")
         if self.timeout_s <= self.round_timeout_s:
@@ -107,6 +117,27 @@ class SynchroniserConfig(_Section):
     """Folder or fsspec URI for the outer state (saved after every round); None: not saved."""
     keep_last: int = Field(2, ge=1)
     """Outer checkpoints kept."""
+    keys: str | None = None
+    """Folder of the synchroniser's CURVE keys (runtime.diloco.keys): its secret key and
+    every learner's public key; only those learners are let in, each as its own name."""
+    plaintext: bool = False
+    """No keys: anyone who reaches the port may act as any learner (tests and benchmarks on
+    loopback only)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SynchroniserConfig:
+        _keys_or_plaintext(self.keys, self.plaintext)
+        return self
+
+
+def _keys_or_plaintext(keys: str | None, plaintext: bool) -> None:
+    """A link is CURVE unless plaintext is asked for by name: never by a forgotten field."""
+    if keys is None and not plaintext:
+        raise ValueError("keys: the folder of this party's CURVE keys (made by `gkr diloco "
+                         "keys`; a local run makes its own), or plaintext: true for an "
+                         "unauthenticated link on loopback")
+    if keys is not None and plaintext:
+        raise ValueError("keys and plaintext: true exclude each other")
 
 
 def from_environment(environ: Mapping[str, str]) -> dict[str, Any] | None:

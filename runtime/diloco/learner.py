@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -29,6 +30,7 @@ from torch import nn
 
 from runtime.diloco.config import DilocoConfig
 from runtime.diloco.errors import DilocoError
+from runtime.diloco.keys import ClientKeys, client_keys
 from runtime.diloco.link import JOIN, LEAVE, SYNC, LearnerLink, Merged
 
 log = logging.getLogger(__name__)
@@ -86,7 +88,8 @@ class DilocoLearner:
         self.config, self.rank = config, rank
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.world = dist.get_world_size() if dist.is_initialized() else 1
-        self.link = LearnerLink(config.endpoint, config.learner) if rank == 0 else None
+        self.link = LearnerLink(config.endpoint, config.learner, _keys(config)) \
+            if rank == 0 else None
         self.round = 0
         self.snapshot: torch.Tensor | None = None  # decoupled: what the sync in flight sent
         self.in_flight: int | None = None  # decoupled: its request id (rank 0; -1 elsewhere)
@@ -232,6 +235,11 @@ class DilocoLearner:
                             merged.received if merged else 0, time.perf_counter() - started, ok)
         self.records.append(record)
         _log(self.config, record, merged)
+
+
+def _keys(config: DilocoConfig) -> ClientKeys | None:
+    """The learner's CURVE keys (None: the plaintext link the config asked for by name)."""
+    return client_keys(Path(config.keys), config.learner) if config.keys is not None else None
 
 
 def _log(config: DilocoConfig, record: SyncRecord, merged: Merged | None) -> None:

@@ -11,6 +11,7 @@ they complete.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,21 +20,25 @@ from typing import Any
 import torch
 import zmq
 
+from runtime.aux.errors import WireError
 from runtime.aux.wire import (
     REPLY,
     REQUEST,
     Status,
-    decode_body,
+    decode,
     drain,
     encode_reply,
     encode_request,
-    read_descriptor,
     request_id,
     send_message,
     tune,
 )
+from runtime.diloco import fields
 from runtime.diloco.errors import DilocoError
+from runtime.diloco.keys import ClientKeys
+from runtime.diloco.secure import secure_client
 
+log = logging.getLogger(__name__)
 JOIN, SYNC, LEAVE = "join", "sync", "leave"
 
 
@@ -55,14 +60,19 @@ class Merged:
 class LearnerLink:
     """One learner's connection to the synchroniser (its rank 0 holds it)."""
 
-    def __init__(self, endpoint: str, learner: str) -> None:
+    def __init__(self, endpoint: str, learner: str, keys: ClientKeys | None) -> None:
+        """`keys`: this learner's CURVE keys (None: a plaintext link, which only a
+        synchroniser without keys answers)."""
         self.learner = learner
         self.sock = tune(zmq.Context.instance().socket(zmq.DEALER))
+        if keys is not None:
+            secure_client(self.sock, keys)
         self.sock.connect(endpoint)
         self._ids = itertools.count(1)
         self._done: dict[int, list[Any]] = {}
         self._abandoned: set[int] = set()  # waited for in vain: a late reply is dropped
         self.sent = 0  # bytes, all requests so far
+        self.malformed = 0  # replies dropped because the wire decoder refused them
 
     def submit(self, method: str, round_: int = 0, weights: torch.Tensor | None = None) -> int:
         """Send a request without waiting; returns its id."""
@@ -78,7 +88,7 @@ class LearnerLink:
     def poll(self, rid: int) -> Merged | None:
         """The reply to `rid` if it has arrived; never blocks."""
         self._receive(0)
-        return _merged(self._done.pop(rid)) if rid in self._done else None
+        return self._decoded(rid) if rid in self._done else None
 
     def wait(self, rid: int, timeout_s: float) -> Merged | None:
         """The reply to `rid`, waiting up to `timeout_s`; None when none came in time (a
@@ -90,13 +100,28 @@ class LearnerLink:
                 self._abandoned.add(rid)
                 return None
             self._receive(remaining)
-        return _merged(self._done.pop(rid))
+        return self._decoded(rid)
+
+    def _decoded(self, rid: int) -> Merged | None:
+        """The reply to `rid`; a malformed one is dropped and counted, and the learner
+        treats it as no answer (it trains on and rejoins at its next sync)."""
+        try:
+            return _merged(self._done.pop(rid))
+        except WireError as error:
+            self.malformed += 1
+            log.warning("learner %s: dropped a malformed reply: %s", self.learner, error)
+            return None
 
     def _receive(self, timeout_s: float) -> None:
         if not self.sock.poll(int(timeout_s * 1000), zmq.POLLIN):
             return
         for head, *frames in drain(self.sock, heads=1, ready=True):
-            rid = request_id(head)
+            try:
+                rid = request_id(head)
+            except WireError as error:
+                self.malformed += 1
+                log.warning("learner %s: dropped a malformed reply: %s", self.learner, error)
+                continue
             if rid in self._abandoned:
                 self._abandoned.discard(rid)
             else:
@@ -107,14 +132,14 @@ class LearnerLink:
 
 
 def _merged(message: list[Any]) -> Merged:
+    """The synchroniser's reply, checked (runtime.aux.wire, runtime.diloco.fields); a
+    malformed one raises WireError."""
     head, *frames = message
-    status = REPLY.unpack_from(head)[1]
-    descriptor, offset = read_descriptor(head, REPLY)
+    (_, status, *_), descriptor, body = decode(head, frames, REPLY)
     if status != Status.OK:
         raise DilocoError(f"the synchroniser refused: {descriptor.get('error', 'no reason')}")
-    body = decode_body(descriptor, offset, head, frames)
-    return Merged(int(body["round"]), body.get("weights"), bool(body.get("rejoined")),
-                  frame_bytes(message))
+    return Merged(fields.round_number(body), fields.weights(body),
+                  fields.flag(body, "rejoined"), frame_bytes(message))
 
 
 @dataclass(frozen=True)
@@ -131,12 +156,13 @@ class Request:
 
 
 def read_request(client: bytes, head: bytes, frames: list[Any]) -> Request:
-    """Decode one request (frames after the ROUTER's identity frame)."""
-    descriptor, offset = read_descriptor(head, REQUEST)
-    body = decode_body(descriptor, offset, head, frames)
-    return Request(client, request_id(head), str(descriptor.get("method", "")),
-                   str(body.get("learner", "")), int(body.get("round", 0)), body.get("weights"),
-                   frame_bytes([head, *frames]))
+    """Decode one request (frames after the ROUTER's identity frame), checked whole
+    (runtime.aux.wire, runtime.diloco.fields); a malformed one raises WireError."""
+    (rid, *_), descriptor, body = decode(head, frames, REQUEST)
+    if not descriptor:
+        raise WireError("a request without a descriptor (a probe) is no DiLoCo request")
+    return Request(client, rid, descriptor["method"], fields.learner_name(body),
+                   fields.round_number(body), fields.weights(body), frame_bytes([head, *frames]))
 
 
 def send_merged(sock: zmq.Socket, request: Request, round_: int,

@@ -14,14 +14,18 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO
 
 from runtime.diloco.config import DilocoConfig, SynchroniserConfig
 from runtime.diloco.errors import DilocoError
+from runtime.diloco.keys import SYNCHRONISER as SYNCHRONISER_KEYS
+from runtime.diloco.keys import experiment_files, write_files
 from runtime.identity import Env
 from runtime.telemetry.store import default_dsn
 from runtime.train.config import TrainConfig
@@ -48,7 +52,8 @@ def learner_names(count: int) -> list[str]:
     return [f"learner-{index}" for index in range(count)]
 
 
-def synchroniser_settings(config: TrainConfig, names: Sequence[str]) -> SynchroniserConfig:
+def synchroniser_settings(config: TrainConfig, names: Sequence[str],
+                          keys: Path) -> SynchroniserConfig:
     """The local synchroniser: loopback, the section's outer optimizer and round timeout, and
     its outer state beside the learners' checkpoints (so a rerun of the run resumes)."""
     section, checkpoint = config.diloco, config.checkpoint
@@ -56,14 +61,25 @@ def synchroniser_settings(config: TrainConfig, names: Sequence[str]) -> Synchron
         if checkpoint is not None and checkpoint.enabled else None
     return SynchroniserConfig(bind="tcp://127.0.0.1:*", run=config.run.name,
                               learners=tuple(names), outer=section.outer,
-                              round_timeout_s=section.round_timeout_s, checkpoint=saved)
+                              round_timeout_s=section.round_timeout_s, checkpoint=saved,
+                              keys=str(keys))
 
 
 def learner_settings(section: DilocoConfig, endpoint: str, names: Sequence[str],
-                     index: int) -> DilocoConfig:
-    return section.model_copy(update={"enabled": True, "endpoint": endpoint,
-                                      "learner": names[index], "index": index,
-                                      "learners": len(names)})
+                     index: int, keys: Path) -> DilocoConfig:
+    return section.model_validate({**section.model_dump(), "enabled": True,
+                                   "endpoint": endpoint, "learner": names[index],
+                                   "index": index, "learners": len(names), "keys": str(keys),
+                                   "plaintext": False})
+
+
+def run_keys(folder: Path, names: Sequence[str]) -> dict[str, Path]:
+    """CURVE keys made for this run, each party's in a folder of its own below `folder`
+    (private to this user: 0700, files 0400), as a cluster experiment's come in Secrets."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    return {party: write_files(folder / party, files)
+            for party, files in experiment_files(names).items()}
 
 
 def run_experiment(config: TrainConfig, train_argv: Sequence[str], learners: int,
@@ -71,16 +87,24 @@ def run_experiment(config: TrainConfig, train_argv: Sequence[str], learners: int
     """Start the synchroniser, then the learners (each `python -m runtime.train` with
     `train_argv`); wait for all; their exit statuses."""
     names = learner_names(learners)
+    with tempfile.TemporaryDirectory(prefix="gkr-diloco-keys-") as private:  # made 0700
+        keys = run_keys(Path(private), names)
+        return _run(config, train_argv, names, keys, echo)
+
+
+def _run(config: TrainConfig, train_argv: Sequence[str], names: list[str],
+         keys: dict[str, Path], echo: Printer) -> Outcome:
     identity = {Env.RUN: config.run.name}
-    settings = synchroniser_settings(config, names).model_dump_json()
+    settings = synchroniser_settings(config, names, keys[SYNCHRONISER_KEYS]).model_dump_json()
     sync = _Process([sys.executable, "-m", "runtime.diloco"], SYNCHRONISER,
                     {**identity, Env.DILOCO: settings}, echo)
     endpoint = sync.endpoint()
-    echo(f"synchroniser listening on {endpoint}; starting {learners} learners")
+    echo(f"synchroniser listening on {endpoint} (CURVE); starting {len(names)} learners")
     running = [_Process([sys.executable, "-m", "runtime.train", *train_argv,
                          *_own_telemetry(config, name)], name, {
         **identity, Env.LEARNER: name,
-        Env.DILOCO: learner_settings(config.diloco, endpoint, names, index).model_dump_json(),
+        Env.DILOCO: learner_settings(config.diloco, endpoint, names, index,
+                                     keys[name]).model_dump_json(),
     }, echo) for index, name in enumerate(names)]
     try:
         return Outcome(_wait_all([*running, sync]))

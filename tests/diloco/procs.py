@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtime.diloco.keys import SYNCHRONISER
+from runtime.diloco.local import run_keys
+
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 120.0  # a torch import on a loaded two-core machine takes seconds
 RUN_TIMEOUT_S = 600.0
@@ -37,12 +40,16 @@ class Synchroniser:
 
 
 def start_synchroniser(folder: Path, *flags: str) -> Synchroniser:
-    """A synchroniser on a free loopback port; returns once it listens."""
+    """A synchroniser on a free loopback port, with CURVE keys made for the learners its
+    `--learners` flag names (`keys(folder)`, as a local run makes them); returns once it
+    listens."""
     log, out = folder / "synchroniser.log", folder / "synchroniser.out"
+    names = flags[flags.index("--learners") + 1].split(",")
+    folders = run_keys(keys(folder), names)
     with log.open("wb") as err, out.open("wb") as std:
         process = subprocess.Popen(
-            [sys.executable, "-m", "runtime.diloco", "--bind", "tcp://127.0.0.1:*", *flags],
-            cwd=ROOT, stdout=std, stderr=err)
+            [sys.executable, "-m", "runtime.diloco", "--bind", "tcp://127.0.0.1:*", "--keys",
+             str(folders[SYNCHRONISER]), *flags], cwd=ROOT, stdout=std, stderr=err)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         found = re.search(r"listening on (\S+)", out.read_text())
@@ -55,8 +62,16 @@ def start_synchroniser(folder: Path, *flags: str) -> Synchroniser:
     raise AssertionError("the synchroniser did not start")
 
 
+def keys(folder: Path) -> Path:
+    """Where a test's synchroniser made the experiment's keys (one folder per party)."""
+    return folder / "keys"
+
+
 def start_toy(folder: Path, role: str, name: str, *flags: str) -> subprocess.Popen[bytes]:
-    """A toy learner or torchft replica writing `<name>.json` (and its log) into `folder`."""
+    """A toy learner or torchft replica writing `<name>.json` (and its log) into `folder`;
+    a learner gets its keys from the synchroniser's `keys(folder)`."""
+    if role == "learner":
+        flags = (*flags, "--keys", str(keys(folder) / flags[flags.index("--learner") + 1]))
     with (folder / f"{name}.log").open("wb") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "tests.diloco.toy", role, "--out",

@@ -15,7 +15,7 @@ import yaml
 
 from generator.errors import InvalidInput
 from generator.render import render_tree
-from runtime.diloco.config import DilocoConfig, SynchroniserConfig, with_deployment
+from runtime.diloco.config import KEY_DIR, DilocoConfig, SynchroniserConfig, with_deployment
 from runtime.identity import Env, Label
 from runtime.train.config import build_config
 from tests.cli.conftest import gkr
@@ -178,3 +178,30 @@ def test_a_cached_experiment_gives_back_the_same_jobs_and_documents(root: Path) 
             fresh.workload, fresh.gkr_env, fresh.exposure)
     for path in (SYNC, US, EU):
         assert again.manifests[path] == first.manifests[path]
+
+
+def _pod_specs(document: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = document["spec"]
+    if document["kind"] == "Job":
+        return [spec["template"]["spec"]]
+    cluster = spec["rayClusterSpec"]
+    return [cluster["headGroupSpec"]["template"]["spec"],
+            *(group["template"]["spec"] for group in cluster["workerGroupSpecs"])]
+
+
+def test_every_pod_of_an_experiment_mounts_its_own_key_secret(root: Path) -> None:
+    """The synchroniser's pod and every pod of a learner (its rank 0 may run on any of
+    them) mount the part's Secret read-only, 0400, where the rendered settings look."""
+    _write(root, _example())
+    manifests = render_tree(root, use_cache=False).manifests
+    parts = {"llm-x": manifests[SYNC][0], "llm-x-us": manifests[US][0],
+             "llm-x-eu": manifests[EU][0]}
+    for job, document in parts.items():
+        for pod in _pod_specs(document):
+            volume = next(v for v in pod["volumes"] if v["name"] == "diloco-keys")
+            assert volume["secret"] == {"secretName": f"{job}-diloco-keys", "defaultMode": 0o400}
+            container = pod["containers"][0]
+            mount = next(m for m in container["volumeMounts"] if m["name"] == "diloco-keys")
+            assert mount == {"name": "diloco-keys", "mountPath": KEY_DIR, "readOnly": True}
+            settings = json.loads(_env(container)[Env.DILOCO])
+            assert settings["keys"] == KEY_DIR and not settings["plaintext"]

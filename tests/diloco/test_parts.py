@@ -30,7 +30,7 @@ from runtime.identity import Env
 @contextmanager
 def serving(**settings: object) -> Iterator[tuple[Synchroniser, str]]:
     synchroniser = Synchroniser(SynchroniserConfig.model_validate(
-        {"bind": "tcp://127.0.0.1:*", "round_timeout_s": 30, **settings}))
+        {"bind": "tcp://127.0.0.1:*", "round_timeout_s": 30, "plaintext": True, **settings}))
     address = synchroniser.bind()
     thread = threading.Thread(target=synchroniser.serve, daemon=True)
     thread.start()
@@ -42,7 +42,7 @@ def serving(**settings: object) -> Iterator[tuple[Synchroniser, str]]:
 def _learner(address: str, name: str = "a", **settings: object) -> DilocoLearner:
     config = DilocoConfig.model_validate({"enabled": True, "endpoint": address, "learner": name,
                                           "inner_steps": 1, "timeout_s": 60, "round_timeout_s": 30,
-                                          **settings})
+                                          "plaintext": True, **settings})
     return DilocoLearner(config, torch.nn.Linear(3, 2), rank=0)
 
 
@@ -114,7 +114,8 @@ def test_an_unknown_learner_is_refused() -> None:
 def test_a_disabled_section_is_a_no_op() -> None:
     assert isinstance(learner_for(DilocoConfig(), torch.nn.Linear(1, 1), 0), NoLearner)
     assert learner_shard(DilocoConfig(), 3, 4) == (3, 4)
-    learner = DilocoConfig(enabled=True, endpoint="tcp://h:1", index=1, learners=3)
+    learner = DilocoConfig(enabled=True, endpoint="tcp://h:1", index=1, learners=3,
+                           plaintext=True)
     assert learner_shard(learner, 3, 4) == (7, 12)
 
 

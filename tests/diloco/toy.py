@@ -93,6 +93,7 @@ def _pause(args: argparse.Namespace, index: int) -> None:
 def run_learner(args: argparse.Namespace, rank: int = 0) -> dict[str, Any]:
     """One learner; with --ranks N, rank `rank` of its N data-parallel ranks (DDP, gloo)."""
     config = DilocoConfig(enabled=True, endpoint=args.endpoint, learner=args.learner,
+                          keys=args.keys, plaintext=args.keys is None,
                           index=args.index, learners=args.learners, inner_steps=args.inner,
                           mode=args.mode, merge=args.merge, round_timeout_s=args.timeout / 2,
                           timeout_s=args.timeout)
@@ -178,6 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--learners", type=int, default=1)
     parser.add_argument("--learner", default="a")
     parser.add_argument("--endpoint")
+    parser.add_argument("--keys", help="The learner's CURVE key folder (none: plaintext).")
     parser.add_argument("--mode", default="barrier")
     parser.add_argument("--merge", default="delta")
     parser.add_argument("--timeout", type=float, default=240.0)

@@ -63,6 +63,7 @@ SERVED: dict[tuple[str, str], Resource] = {
     ("", "namespaces"): Resource("Namespace", namespaced=False, short_names=("ns",)),
     ("", "serviceaccounts"): Resource("ServiceAccount", status=False, short_names=("sa",)),
     ("", "configmaps"): Resource("ConfigMap", status=False, short_names=("cm",)),
+    ("", "secrets"): Resource("Secret", status=False),
     ("", "services"): Resource("Service", short_names=("svc",), categories=ALL),
     ("apps", "deployments"): Resource("Deployment", short_names=("deploy",), categories=ALL),
     ("apps", "daemonsets"): Resource("DaemonSet", short_names=("ds",), categories=ALL),
