@@ -11,7 +11,9 @@ Both sides train the same MLP for the same number of steps on the same number of
   mode). Bytes are the wire format's frames, counted by the learner; sync time is how long
   training waited, and the synchroniser's round time is from its log. DiLoCo runs twice, over
   a plaintext link and over CURVE (encrypted and authenticated, as every real experiment
-  runs), and the round and sync times of both are printed with their ratio.
+  runs), and the round and sync times of both are printed with their ratio; then one
+  learner's sync round trips alone, plaintext and CURVE taking turns (less noisy: no
+  waiting for other learners).
 
 Loopback has no WAN latency or bandwidth limit, so the times show the overheads of each
 path here; the byte ratio is what carries over to cross-region links.
@@ -29,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -37,10 +40,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from runtime.diloco.config import DilocoConfig
-from runtime.diloco.keys import SYNCHRONISER
+from runtime.diloco.config import DilocoConfig, SynchroniserConfig
+from runtime.diloco.keys import SYNCHRONISER, client_keys
 from runtime.diloco.learner import DilocoLearner
+from runtime.diloco.link import JOIN, LEAVE, SYNC, LearnerLink
 from runtime.diloco.local import run_keys
+from runtime.diloco.synchroniser import Synchroniser
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 256
@@ -201,6 +206,42 @@ def _report_curve(args: argparse.Namespace, plain: tuple[list[dict[str, Any]], l
               f"{medians[1] / medians[0]:.2f}x")
 
 
+def _one_learner_rounds(args: argparse.Namespace, folder: Path) -> dict[bool, list[float]]:
+    """One learner's sync round trips (its weights in, the merge out) against a synchroniser
+    on a thread, plaintext and CURVE taking turns, so that the machine's load meets both
+    alike: the link's own cost, without waiting for other learners."""
+    params = sum(p.numel() for p in _model(args.hidden).parameters())
+    weights = torch.randn(params)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for turn in range(2 * args.turns):
+        curve = bool(turn % 2)
+        keys = run_keys(folder / f"turn-{turn}", ["a"]) if curve else None
+        sync = Synchroniser(SynchroniserConfig(
+            bind="tcp://127.0.0.1:*", learners=("a",), outer={"lr": 1.0, "momentum": 0.0,
+                                                              "nesterov": False},
+            keys=str(keys[SYNCHRONISER]) if keys else None, plaintext=keys is None))
+        address = sync.bind()
+        thread = threading.Thread(target=sync.serve, daemon=True)
+        thread.start()
+        link = LearnerLink(address, "a", client_keys(keys["a"], "a") if keys else None)
+        link.wait(link.submit(JOIN, 0, weights), 60)
+        for round_ in range(args.inner):
+            started = time.perf_counter()
+            assert link.wait(link.submit(SYNC, round_, weights), 60) is not None
+            times[curve].append(time.perf_counter() - started)
+        link.wait(link.submit(LEAVE, args.inner), 60)
+        link.close()
+        thread.join(60)
+    return times
+
+
+def _report_one_learner(times: dict[bool, list[float]]) -> None:
+    plain, curve = (statistics.median(times[mode]) for mode in (False, True))
+    print(f"one learner's sync round trip ({len(times[True])} each, taking turns): plaintext "
+          f"p50 {plain * 1e3:.1f} ms, CURVE p50 {curve * 1e3:.1f} ms; CURVE / plaintext = "
+          f"{curve / plain:.2f}x")
+
+
 def _waits(run: tuple[list[dict[str, Any]], list[float]]) -> list[float]:
     return [r[2] for learner in run[0] for r in learner["records"]]
 
@@ -212,6 +253,8 @@ def main() -> None:
     parser.add_argument("--inner", type=int, default=20)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--quick", action="store_true", help="A small model, few steps.")
+    parser.add_argument("--turns", type=int, default=6,
+                        help="Plaintext and CURVE synchronisers each, for the round trips.")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.inner, args.hidden = 40, 10, 256
@@ -221,8 +264,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         plain = _diloco(args, Path(folder) / "plaintext", curve=False)
         curve = _diloco(args, Path(folder) / "curve", curve=True)
+        rounds = _one_learner_rounds(args, Path(folder) / "one")
     _report(args, dp, *curve)
     _report_curve(args, plain, curve)
+    _report_one_learner(rounds)
 
 
 if __name__ == "__main__":
