@@ -229,6 +229,10 @@ class Platform(_Model):
     """Where GPU jobs' collective telemetry goes: ClickHouse and the node dump folder."""
     agent: Agent
     """The diagnosing agent of failed runs (`gkr diagnose`)."""
+    ray_operator_namespace: str = Field(pattern=DNS_LABEL)
+    """Namespace of the KubeRay operator, which reads every Ray head's dashboard (a RayJob's
+    status); each job's NetworkPolicy admits it there. Equals the kuberay-operator add-on's
+    (`gkr render` refuses a difference)."""
 
 
 class Images(_Model):

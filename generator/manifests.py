@@ -18,6 +18,7 @@ import yaml
 from generator.errors import InvalidInput, Problem
 from generator.kinds import sentinel_name
 from generator.names import object_size_problem
+from generator.netpolicy import network_policy
 from generator.pods import plan_pods
 from generator.resolve import ResolvedJob
 from runtime.identity import Annotation, Label, Role
@@ -122,7 +123,7 @@ def _job_documents(job: ResolvedJob) -> list[dict[str, Any]]:
     pods = {str(role): build_pod(plan) for role, plan in plans.items()}
     ray = (render_template("ray_cluster_spec.yaml.j2", job=job, pods=pods)
            if Role.HEAD in plans else None)
-    return render_documents(
+    return [*render_documents(
         job.traits.template, job=job, pods=pods, ray_cluster_spec=ray,
         kueue_labels={kueue["queue_label"]: job.queue,
                       kueue["priority_label"]: job.priority.priority_class},
@@ -130,4 +131,4 @@ def _job_documents(job: ResolvedJob) -> list[dict[str, Any]]:
                   "annotations": job.annotations | {Annotation.RAYCLUSTER: job.name},
                   "selector": {Label.JOB: job.name, Label.ROLE: str(Role.SENTINEL)}}
         if Role.SENTINEL in plans else None,
-    )
+    ), network_policy(job)]

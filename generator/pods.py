@@ -14,17 +14,19 @@ from runtime.diloco.config import KEY_DIR
 from runtime.identity import Env, Label, Role
 from runtime.pods import ContainerPlan, NodeChecks, PodPlan
 
+DASHBOARD_PORT = 8265  # Ray's job submission (HTTP): the port KubeRay and its submitter use
 # Ray's default head ports: GCS, dashboard (job submission), client.
 RAY_HEAD_PORTS: tuple[dict[str, Any], ...] = (
     {"name": "gcs", "containerPort": 6379},
-    {"name": "dashboard", "containerPort": 8265},
+    {"name": "dashboard", "containerPort": DASHBOARD_PORT},
     {"name": "client", "containerPort": 10001},
 )
 SENTINEL_RESOURCES = {"cpu": "100m", "memory": "128Mi"}
 CONTAINER = {Role.HEAD: "ray-head", Role.WORKER: "ray-worker", Role.JOB: "main",
              Role.SENTINEL: "sentinel"}
-# What a pod learns about where it runs, from the downward API (telemetry rows carry it).
-DOWNWARD = {Env.POD: "metadata.name", Env.NODE: "spec.nodeName"}
+# What a pod learns about where it runs, from the downward API: telemetry rows carry its
+# name and node; its listeners (aux proxies, torchft) bind its IP, not every interface.
+DOWNWARD = {Env.POD: "metadata.name", Env.NODE: "spec.nodeName", Env.POD_IP: "status.podIP"}
 RUNTIME_IMAGE = "gkr-runtime"  # the catalog's image with the `runtime` package
 KEY_VOLUME = "diloco-keys"
 KEY_MODE = 0o400

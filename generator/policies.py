@@ -1,8 +1,9 @@
 """Policies every rendered job manifest must satisfy (run by `gkr validate`).
 
 * it stays in its team's namespace on its cluster (the folder it is rendered into);
-* no container is privileged or shares the host's network, PID or IPC namespaces;
-* host paths and added capabilities are exactly those the accelerator catalog requires
+* the pod rules of generator.admission, which the cluster's ValidatingAdmissionPolicy holds
+  too: no privileged container, host namespace, host port, Unconfined seccomp or unmasked
+  /proc; host paths and added capabilities exactly those the accelerator catalog requires
   (and, in GPU pods, the node's telemetry folder: generator.telemetry);
 * every image is pinned by digest, except the sidecar images the accelerator catalog
   itself names (GKE publishes those by tag; the catalog is reviewed like code);
@@ -16,13 +17,13 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from generator.admission import CONTAINER_LISTS, HOST_NAMESPACES, Allowance, allowance
 from generator.catalog import PINNED_IMAGE, Accelerator, Catalog
 from generator.errors import Problem
 from generator.paths import job_path
 from generator.tree import Tree
 
 JOB_PATH = re.compile(r"^kustomize/overlays/(?P<cluster>[^/]+)/jobs/(?P<namespace>[^/]+)/[^/]+$")
-HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
 READ_VERBS = frozenset({"get", "list", "watch"})
 READABLE = frozenset({"pods", "pods/log"})  # what a Role beside a workload may read
 
@@ -102,43 +103,47 @@ def pod_specs(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]
 def pod_problems(pod: dict[str, Any], accelerator: Accelerator | None,
                  telemetry_dir: str | None = None) -> list[str]:
     """What one pod spec does beyond what its accelerator and, on a GPU node, the telemetry
-    dump folder (`telemetry_dir`) require."""
+    dump folder (`telemetry_dir`) require: the rules and allowance of generator.admission,
+    which the cluster's ValidatingAdmissionPolicy holds too."""
+    allowed = allowance(accelerator, telemetry_dir)
     problems = [f"host namespace {key} is not allowed" for key in HOST_NAMESPACES if pod.get(key)]
-    allowed_paths = {v["hostPath"]["path"] for v in accelerator.volumes
-                     if "hostPath" in v} if accelerator else set()
-    if accelerator and telemetry_dir:
-        allowed_paths.add(telemetry_dir)
     for volume in pod.get("volumes", []):
-        path = volume.get("hostPath", {}).get("path")
-        if path is not None and path not in allowed_paths:
+        path = (volume.get("hostPath") or {}).get("path")
+        if path is not None and path not in allowed.host_paths:
             problems.append(f"volume {volume.get('name')!r} mounts host path {path!r}, which "
                             "neither the accelerator catalog nor telemetry requires")
+    if ((pod.get("securityContext") or {}).get("seccompProfile") or {}).get("type") \
+            == "Unconfined":
+        problems.append("the pod runs seccomp Unconfined")
     for container in _containers(pod):
-        problems += container_problems(container, accelerator)
+        problems += container_problems(container, allowed)
     return problems
 
 
 def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
-    return [c for key in ("initContainers", "containers", "ephemeralContainers")
-            for c in pod.get(key, [])]
+    return [c for key in CONTAINER_LISTS for c in pod.get(key) or []]
 
 
-def container_problems(container: dict[str, Any], accelerator: Accelerator | None) -> list[str]:
-    name = container.get("name")
-    sidecar = next((s for s in accelerator.sidecars if s.get("name") == name),
-                   None) if accelerator else None
-    context = container.get("securityContext", {})
+def container_problems(container: dict[str, Any], allowed: Allowance) -> list[str]:
+    name, image = container.get("name"), container.get("image", "")
+    sidecar = allowed.sidecars.get(str(name))
+    context = container.get("securityContext") or {}
     problems = []
     if context.get("privileged"):
         problems.append(f"container {name!r} runs privileged")
-    allowed = set(((sidecar or {}).get("securityContext") or {}).get("capabilities", {})
-                  .get("add", []))
-    extra = sorted(set(context.get("capabilities", {}).get("add", [])) - allowed)
+    granted = set(sidecar.capabilities) if sidecar and sidecar.image == image else set()
+    extra = sorted(set((context.get("capabilities") or {}).get("add") or []) - granted)
     if extra:
         problems.append(f"container {name!r} adds capabilities {extra} that the accelerator "
                         "catalog does not require")
-    image = container.get("image", "")
-    if not re.fullmatch(PINNED_IMAGE, image) and not (sidecar and sidecar.get("image") == image):
+    ports = [p.get("hostPort") for p in container.get("ports") or [] if p.get("hostPort")]
+    if ports:
+        problems.append(f"container {name!r} publishes host ports {ports}")
+    if (context.get("seccompProfile") or {}).get("type") == "Unconfined":
+        problems.append(f"container {name!r} runs seccomp Unconfined")
+    if context.get("procMount", "Default") != "Default":
+        problems.append(f"container {name!r} unmasks /proc (procMount)")
+    if not re.fullmatch(PINNED_IMAGE, image) and not (sidecar and sidecar.image == image):
         problems.append(f"container {name!r} uses image {image!r}, which is not pinned: "
                         "use repository@sha256:<digest> or a name from images.yaml")
     return problems

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from generator.admission import Allowance, admission_policy, allowance, team_enforce_level
 from generator.catalog import Cluster
+from generator.errors import InvalidInput, Problem
 from generator.manifests import render_documents, render_template
 from generator.paths import HEADER, component_dir, jobs_dir, overlay_dir
 from generator.platform.context import CATALOG_SOURCE, PlatformContext
@@ -17,10 +19,12 @@ def platform_dir(cluster: Cluster) -> str:
 
 
 def produce_overlays(ctx: PlatformContext) -> None:
+    _check_ray_operator(ctx)
     for cluster in ctx.catalog.clusters.values():
         source = f"clusters/{cluster.name}.yaml"
         folder = platform_dir(cluster)
         ctx.add(f"{folder}/namespaces.yaml", _namespaces(ctx, cluster), source)
+        ctx.add(f"{folder}/admission.yaml", _admission(ctx, cluster), CATALOG_SOURCE)
         ctx.add(f"{folder}/rbac.yaml", render_documents("platform/rbac.yaml.j2", cluster=cluster),
                 source)
         ctx.add(f"{folder}/kueue.yaml", _kueue(ctx, cluster), source)
@@ -39,12 +43,47 @@ def _jobs_keep(cluster: Cluster) -> str:
             "\n# each job's file, rendered whole by `gkr render`, in its namespace's folder.\n")
 
 
+def _check_ray_operator(ctx: PlatformContext) -> None:
+    """Jobs' NetworkPolicies admit the KubeRay operator from the catalog's namespace for it:
+    it must be the one the add-on runs in, or every RayJob's status stops."""
+    addon = ctx.addons.addons.get("kuberay-operator")
+    wanted = ctx.catalog.platform.ray_operator_namespace
+    if addon is not None and addon.namespace != wanted:
+        raise InvalidInput([Problem("platform/catalog/gke.yaml", None, "ray_operator_namespace",
+                                    f"{wanted!r}, but the kuberay-operator add-on runs in "
+                                    f"{addon.namespace!r}: they must be equal")])
+
+
+def allowances(ctx: PlatformContext, cluster: Cluster) -> dict[str, Allowance]:
+    """What pods may do on each accelerator the cluster offers, by gke-accelerator value."""
+    node_dir = ctx.catalog.platform.telemetry.node_dir
+    return {a.gke_accelerator: allowance(a, node_dir) for a in ctx.offered(cluster).values()}
+
+
+def team_pod_security(ctx: PlatformContext, cluster: Cluster) -> dict[str, str]:
+    """The Pod Security labels of the cluster's team namespaces: the configured levels, but
+    `enforce` is `privileged` where the catalog's GPU pods go beyond `baseline` (host paths,
+    NET_ADMIN sidecars), which then the ValidatingAdmissionPolicy holds instead
+    (generator.admission says why)."""
+    levels = dict(ctx.addons.namespaces.pod_security)
+    if team_enforce_level(allowances(ctx, cluster).values()) == "privileged":
+        levels["enforce"] = "privileged"
+    return levels
+
+
 def _namespaces(ctx: PlatformContext, cluster: Cluster) -> list[dict[str, Any]]:
     spaces = ctx.addons.namespaces
     return render_documents(
         "platform/namespaces.yaml.j2", cluster=cluster, system=spaces.system,
-        system_pod_security=spaces.system_pod_security, pod_security=spaces.pod_security,
+        system_pod_security=spaces.system_pod_security,
+        pod_security=team_pod_security(ctx, cluster),
     )
+
+
+def _admission(ctx: PlatformContext, cluster: Cluster) -> list[dict[str, Any]]:
+    return admission_policy(ctx.catalog.platform.labels["accelerator"],
+                            allowances(ctx, cluster),
+                            [team.namespace for team in cluster.teams.values()])
 
 
 def flavors(ctx: PlatformContext, cluster: Cluster) -> list[dict[str, Any]]:

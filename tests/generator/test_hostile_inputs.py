@@ -325,8 +325,8 @@ def test_one_meaning_of_cmd_a_shell_command_line_for_every_kind(repo, spec) -> N
     repo.write_spec("as-job", spec(kind="job", pods=1, cmd=cmd))
     repo.write_spec("as-rayjob", spec(cmd=cmd))
     tree = render_tree(repo.root, use_cache=False)
-    (job,) = tree.manifests[JOB_FILE.format("as-job")]
-    (rayjob,) = tree.manifests[JOB_FILE.format("as-rayjob")]
+    job, _policy = tree.manifests[JOB_FILE.format("as-job")]
+    rayjob, _policy = tree.manifests[JOB_FILE.format("as-rayjob")]
     assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["/bin/sh", "-c", cmd]
     assert rayjob["spec"]["entrypoint"] == cmd  # Ray runs an entrypoint in a shell too
 
@@ -334,7 +334,7 @@ def test_one_meaning_of_cmd_a_shell_command_line_for_every_kind(repo, spec) -> N
 @pytest.mark.parametrize("cmd", ["@gkr-embed-0@", "!embed 0", "!embed 1", '"!embed 0"'])
 def test_user_text_never_collides_with_embedded_documents(repo, spec, cmd) -> None:
     repo.write_spec("embedded", spec(cmd=cmd, env={"X": cmd}, labels={"tag": "embed-0"}))
-    (rayjob,) = render_tree(repo.root, use_cache=False).manifests[JOB_FILE.format("embedded")]
+    rayjob, _policy = render_tree(repo.root, use_cache=False).manifests[JOB_FILE.format("embedded")]
     assert rayjob["spec"]["entrypoint"] == cmd
     worker = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
     assert {"name": "X", "value": cmd} in worker["containers"][0]["env"]
@@ -412,7 +412,7 @@ def test_validate_says_when_the_tree_on_disk_is_stale(rendered, spec) -> None:
 
 def test_validate_path_names_what_it_skipped(rendered) -> None:
     report = validate_specs(rendered.root, [rendered.root / "jobs/ml/ok.yaml"])
-    assert (report.specs, report.manifests) == (1, 1)
+    assert (report.specs, report.manifests) == (1, 2)  # the RayJob and its NetworkPolicy
     assert "kubectl kustomize" in report.summary() and "without paths" in report.summary()
 
 

@@ -97,7 +97,7 @@ def test_flags_override_file_values(repo, spec) -> None:
 def test_rendered_job_shape(repo, spec) -> None:
     repo.write_spec("shape", spec(preemptible=True, rack_affinity={"level": "host",
                                                                     "required": True}))
-    (rayjob,) = render_tree(repo.root).manifests[JOB_FILE.format("shape")]
+    rayjob, _policy = render_tree(repo.root).manifests[JOB_FILE.format("shape")]
     assert rayjob["spec"]["shutdownAfterJobFinishes"] is True
     assert rayjob["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "ml"
     assert rayjob["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "gkr-preemptible"
@@ -117,7 +117,7 @@ def test_rendered_job_shape(repo, spec) -> None:
 
 def test_raycluster_has_a_sentinel(repo, spec) -> None:
     repo.write_spec("pool", spec(kind="raycluster", cmd=None))
-    raycluster, sentinel = render_tree(repo.root).manifests[JOB_FILE.format("pool")]
+    raycluster, sentinel, _policy = render_tree(repo.root).manifests[JOB_FILE.format("pool")]
     assert raycluster["kind"] == "RayCluster" and sentinel["kind"] == "Deployment"
     command = sentinel["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[:3] == ["python", "-m", "runtime.sentinel"]
