@@ -77,7 +77,9 @@ _ID = struct.Struct("<Q")  # both prefixes start with the request id
 # past this many, new ones are encoded and parsed each time instead.
 DESCRIPTOR_CACHE = 1024
 _TEXTS: dict[tuple[Any, ...], bytes] = {}
-_PARSED: dict[bytes, dict[str, Any]] = {}
+# By prefix size (requests and replies allow different fields: one text may be valid as one
+# and not the other), then by text.
+_PARSED: dict[int, dict[bytes, dict[str, Any]]] = {}
 _PLANS: dict[int, Any] = {}  # by id() of a descriptor in _PARSED
 _JSON = json.JSONEncoder(separators=(",", ":"))
 
@@ -323,13 +325,14 @@ def read_descriptor(head: bytes, prefix: struct.Struct) -> tuple[Mapping[str, An
     if end == start:
         return {}, end
     text = head[start:end]
-    descriptor = _PARSED.get(text)
+    parsed = _PARSED.setdefault(prefix.size, {})
+    descriptor = parsed.get(text)
     if descriptor is None:
         descriptor = parse_json(text)
         plan = _validate(descriptor, _KEYS[prefix.size], prefix is REQUEST)
         shared = not descriptor.get("meta") and "error" not in descriptor
-        if shared and len(_PARSED) < DESCRIPTOR_CACHE:
-            _PARSED[text] = descriptor
+        if shared and len(parsed) < DESCRIPTOR_CACHE:
+            parsed[text] = descriptor
             _PLANS[id(descriptor)] = plan  # kept alive by _PARSED: ids stay unique
     return descriptor, end
 

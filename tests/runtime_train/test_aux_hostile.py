@@ -16,7 +16,7 @@ import zmq
 
 from runtime.aux.client import AuxClient, Endpoint, ServiceHandle
 from runtime.aux.config import OnWorkerLoss
-from runtime.aux.errors import AuxBusy
+from runtime.aux.errors import AuxBusy, WireError
 from runtime.aux.proxy import LOCAL_HOST, PORTS, ProxyCore, listen_host
 from runtime.aux.services import EchoService
 from runtime.aux.wire import (
@@ -25,6 +25,7 @@ from runtime.aux.wire import (
     Status,
     encode_reply,
     encode_request,
+    read_descriptor,
     recv_message,
     request_id,
     send_message,
@@ -227,3 +228,14 @@ def test_proxies_listen_on_the_pods_ip_in_the_policys_ports(tmp_path: Path) -> N
             assert host == "127.0.0.1" and PORTS[0] <= int(port) < PORTS[1]
     finally:
         proxy._close()
+
+
+def test_a_descriptor_valid_as_a_reply_is_still_checked_as_a_request() -> None:
+    """Found by the fuzzer: the descriptor cache was keyed by text alone, so a text that a
+    reply may carry, seen once as one, was then taken for a request without its method."""
+    text = b'{"arrays":[]}'
+    reply = REPLY.pack(1, Status.OK, 0.0, 0.0, 0, len(text)) + text
+    request = REQUEST.pack(1, 0, 0, 0.0, len(text)) + text
+    assert read_descriptor(reply, REPLY)[0] == {"arrays": []}
+    with pytest.raises(WireError, match="names no method"):
+        read_descriptor(request, REQUEST)
