@@ -65,7 +65,7 @@ def team_pod_security(ctx: PlatformContext, cluster: Cluster) -> dict[str, str]:
     `enforce` is `privileged` where the catalog's GPU pods go beyond `baseline` (host paths,
     NET_ADMIN sidecars), which then the ValidatingAdmissionPolicy holds instead
     (generator.admission says why)."""
-    levels = dict(ctx.addons.namespaces.pod_security)
+    levels = {str(mode): level for mode, level in ctx.addons.namespaces.pod_security.items()}
     if team_enforce_level(allowances(ctx, cluster).values()) == "privileged":
         levels["enforce"] = "privileged"
     return levels
