@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -310,3 +311,21 @@ def test_catalog_gpu_pods_cannot_hold_baseline_so_the_policy_is_bound() -> None:
             else:
                 assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
         assert _policy(cluster.name)[1]["spec"]["matchResources"]  # bound there
+
+
+def test_a_ray_operator_namespace_other_than_the_addons_is_refused(tmp_path: Path) -> None:
+    """Jobs' NetworkPolicies admit KubeRay from the catalog's namespace: a catalog that names
+    another than the add-on runs in is refused, naming the file and field."""
+    from generator.errors import InvalidInput
+    from generator.render import render_tree
+
+    for folder in ("clusters", "platform/catalog", "platform/warden", "jobs",
+                   "terraform/modules"):
+        if (ROOT / folder).is_dir():
+            shutil.copytree(ROOT / folder, tmp_path / folder)
+    gke = tmp_path / "platform/catalog/gke.yaml"
+    gke.write_text(gke.read_text().replace("ray_operator_namespace: kuberay-system",
+                                           "ray_operator_namespace: ray-elsewhere"))
+    with pytest.raises(InvalidInput, match=r"ray_operator_namespace.*kuberay-system") as raised:
+        render_tree(tmp_path, use_cache=False)
+    assert "platform/catalog/gke.yaml" in str(raised.value)
