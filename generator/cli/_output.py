@@ -52,7 +52,9 @@ def _print_data(rows: list[Any], output: Output) -> None:
     else:
         import yaml
 
-        print(yaml.safe_dump(rows, sort_keys=False, allow_unicode=True), end="")
+        # Like json.dumps' ensure_ascii: control, bidi and other invisible characters (agent
+        # text, names from a cluster) reach the terminal as escapes, never raw.
+        print(yaml.safe_dump(rows, sort_keys=False, allow_unicode=False), end="")
 
 
 def _data(value: Any) -> Any:

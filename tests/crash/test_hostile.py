@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -203,6 +204,18 @@ def test_show_prints_the_whole_patch_with_hidden_characters_escaped(tmp_path: Pa
     assert not {"\x1b", "\r", "\x07", "\u202e"} & set(shown.out)
     assert "2 control or invisible character(s)" in shown.out
     assert f"--digest {load_proposal(bundle).digest}" in shown.out
+
+
+@pytest.mark.parametrize("output", ["yaml", "json"])
+def test_show_as_data_escapes_hidden_characters_too(tmp_path: Path, output: str) -> None:
+    _, bundle, _ = _diagnosed(tmp_path, root_cause="budget \u202eesrever\u202c",
+                              patch_extra=HIDE)
+    shown = gkr_here("diagnose", "show", RUN, "--bundle", bundle.uri, "-o", output)
+    assert shown.code == 0, shown.err
+    assert not {"\x1b", "\r", "\u202e", "\u202c"} & set(shown.out)
+    data = yaml.safe_load(shown.out)  # JSON is YAML: the escapes still read back exactly
+    assert data[0]["report"]["root_cause"].startswith("budget \u202eesrever\u202c")
+    assert "\x1b[2K\r# harmless comment" in data[0]["patch"]
 
 
 def test_approve_shows_the_whole_proposal_then_applies_only_what_it_showed(
