@@ -105,11 +105,12 @@ def sql_command(
     dsn: DsnOption = None,
 ) -> None:
     """Run a query on the telemetry store and print its rows (the analyses' own SQL is in
-    runtime/telemetry/sql/)."""
+    runtime/telemetry/sql/). Reads only: the engine runs it read-only, and statements that
+    reach files or the network are refused (the diagnosis agent's skill is this command)."""
     from runtime.telemetry.store import Store, default_dsn
 
     parameters = _parameters(param or [])
-    with Store.connect(dsn or default_dsn()) as store:
+    with Store.connect(dsn or default_dsn(), read_only=True) as store:
         rows = store.query(query, parameters)
     _print_rows(list(rows.columns), rows.rows, output)
 

@@ -7,7 +7,11 @@
 * `http(s)://user@host:8123/database`: a ClickHouse server, as in a cluster.
 
 The schema is the SQL files under `schema/`, applied in order by `migrate`, which records
-what it applied and is safe to re-run.
+what it applied and is safe to re-run; a recorded file whose tables are gone is applied again.
+
+A store opened `read_only` (`gkr telemetry sql`, the diagnosis agent's skill) runs every
+statement under the engine's `readonly = 1` and through `runtime.telemetry.readonly`'s checks;
+writes (ingest, the writers, migrations) take the ordinary path.
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ from urllib.parse import unquote, urlsplit
 
 from runtime.errors import Category, RuntimeFailure
 from runtime.identity import Env
+from runtime.telemetry import readonly
 
 DATABASE = "telemetry"
 DEFAULT_FOLDER = Path(".gkr") / "telemetry"
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+# What a schema file creates (its own fixed DDL form): re-applied when one is missing.
+_CREATES = re.compile(r"^CREATE (?:TABLE|(?:MATERIALIZED )?VIEW) IF NOT EXISTS (\w+)", re.M)
 
 
 class StoreError(RuntimeFailure):
@@ -80,19 +87,27 @@ class Store:
 
     def __init__(self, client: Any, dsn: str) -> None:
         self.client, self.dsn = client, dsn
+        self.read_only = False
+        self._table_functions: list[str] | None = None
 
     @classmethod
-    def connect(cls, dsn: str | None = None, migrate: bool = True) -> Store:
+    def connect(cls, dsn: str | None = None, migrate: bool = True,
+                read_only: bool = False) -> Store:
         """Open the store (creating an embedded one's folder and database) and bring its
-        schema up to date."""
+        schema up to date. `read_only`: then lock it to reading, in the engine. A server's
+        schema is the writers' to migrate (its reader user could not), so a read-only store
+        migrates only an embedded folder, the user's own."""
         dsn = dsn or default_dsn()
+        migrate = migrate and (embedded(dsn) or not read_only)
         store = cls(_client(dsn, create=migrate), dsn)
-        if migrate:
-            try:
+        try:
+            if migrate:
                 store.migrate()
-            except BaseException:
-                store.close()
-                raise
+            if read_only:
+                store._lock_read_only()
+        except BaseException:
+            store.close()
+            raise
         return store
 
     def close(self) -> None:
@@ -106,10 +121,48 @@ class Store:
         self.close()
 
     def query(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Rows:
-        """Run one SELECT; `{name:Type}` placeholders take `parameters` (server-side binding)."""
+        """Run one SELECT; `{name:Type}` placeholders take `parameters` (server-side binding).
+        On a read-only store the statement run is the engine's own rendering of the one
+        checked (`readonly.py`)."""
+        if self.read_only:
+            sql = self._checked(sql, parameters or {})
+        return self._query(sql, parameters)
+
+    def _query(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Rows:
         with self._errors(sql):
             result = self.client.query(sql, parameters=dict(parameters or {}))
         return Rows(tuple(result.column_names), list(result.result_rows))
+
+    def _lock_read_only(self) -> None:
+        """`readonly = 1` on every statement of this client: SET on chDB's handle, a setting
+        of every request on a server (clickhouse-connect's client settings). A server user
+        whose profile is read-only already cannot send it (the value is not changeable) and
+        needs none. Checked afterwards: the engine must say it is read-only."""
+        current = self.client.server_settings.get("readonly")
+        if current is None or current.value == "0":
+            with self._errors("SET readonly = 1"):
+                self.client.set_client_setting("readonly", "1")
+        level = self._query("SELECT getSetting('readonly')").rows[0][0]
+        if str(level) == "0":
+            raise StoreError(f"telemetry store {describe(self.dsn)}: the engine did not take "
+                             "readonly = 1; refusing to run queries on a writable connection")
+        self.read_only = True
+
+    def _checked(self, sql: str, parameters: Mapping[str, Any]) -> str:
+        """The statement as the engine parsed it, refused if `readonly` would let it reach
+        outside the store (readonly.py says what and why)."""
+        single = self._query("SELECT formatQuery({statement:String})",
+                             {"statement": sql}).rows[0][0]
+        nodes = readonly.parse_ast(row[0] for row in self._query(
+            f"EXPLAIN AST {single}", parameters).rows)
+        if self._table_functions is None:
+            self._table_functions = [row[0] for row in self._query(
+                "SELECT name FROM system.table_functions").rows]
+        why = readonly.refusal(nodes, self._table_functions)
+        if why:
+            raise readonly.ReadOnlyRefused(f"telemetry store {describe(self.dsn)}: refused: "
+                                           f"{why}")
+        return str(single)
 
     def command(self, sql: str, parameters: Mapping[str, Any] | None = None) -> None:
         """Run one statement that returns no rows."""
@@ -142,6 +195,7 @@ class Store:
             "applied_at DateTime DEFAULT now()) ENGINE = ReplacingMergeTree ORDER BY version"
         )
         done = {row[0] for row in self.query("SELECT version FROM schema_migrations").rows}
+        done -= self._incomplete(done)
         applied = []
         for version, name, sql in migrations():
             if version in done:
@@ -151,6 +205,17 @@ class Store:
             self.insert("schema_migrations", [{"version": version, "name": name}])
             applied.append(name)
         return applied
+
+    def _incomplete(self, done: set[int]) -> set[int]:
+        """Recorded migrations from the first whose tables or views are gone on: applied
+        again (every statement is idempotent), so a dropped table comes back, and the later
+        files that alter it (0005 changes 0002's view) run after it."""
+        existing = {row[0] for row in self.query(
+            "SELECT name FROM system.tables WHERE database = currentDatabase()").rows}
+        for version, _, sql in migrations():
+            if version in done and not set(_CREATES.findall(sql)) <= existing:
+                return {v for v in done if v >= version}
+        return set()
 
     @contextmanager
     def _errors(self, sql: str) -> Iterator[None]:
@@ -220,6 +285,9 @@ def _translate(error: Exception, dsn: str, sql: str) -> StoreError:
             f"{Env.TELEMETRY_DSN} to a ClickHouse server"
         )
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    if "(READONLY)" in text:  # Code 164: the engine's readonly refused it
+        return QueryError(f"telemetry store {where}: {_server_message(text)}; this path "
+                          "reads only (writes go through `gkr telemetry ingest`)")
     if "DB::Exception" in text or "Code:" in text:
         return QueryError(f"telemetry store {where}: {_server_message(text)}")
     return StoreError(f"telemetry store {where}: {sql.split()[0] if sql else ''}: {first}")
