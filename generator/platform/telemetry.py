@@ -34,6 +34,14 @@ GRANTS = {
                  f"ON {DATABASE}.*",
     READER_USER: f"GRANT SELECT ON {DATABASE}.*",
 }
+# The reader (gkr ui, `gkr telemetry sql`, the diagnosis agent's skill) is read-only in the
+# server: readonly = 1 allows read queries only, no SET and no CREATE TEMPORARY TABLE, which
+# table functions need (https://clickhouse.com/docs/operations/settings/permissions-for-queries;
+# 2 would allow both); its grants hold no FILE, URL or other source besides. clickhouse-connect
+# sends no setting a read-only user cannot change. The operator writes `spec.configuration.
+# profiles` as users.d XML, `<profile>/<setting>: value` (shared/reference/crds/clickhouse,
+# clickhouseinstallations.yaml: profiles, x-kubernetes-preserve-unknown-fields).
+PROFILES = {f"{READER_PROFILE}/readonly": 1}
 TAG = "nccl.inspector"
 PATH_KEY = "file"  # the tailed file's path, parsed into namespace and job, then dropped
 PATH_PARSER = "gkr_dump_path"
@@ -57,8 +65,7 @@ def installation(telemetry: Telemetry, networks: list[str]) -> list[dict[str, An
     """The namespace and the ClickHouseInstallation: one shard, one replica (more replicas
     need Keeper), data on a PVC. No TTL here: retention belongs to the runtime's tables."""
     return render_documents("platform/telemetry.yaml.j2", telemetry=telemetry,
-                            users=users(telemetry, networks),
-                            profiles={f"{READER_PROFILE}/readonly": 2})
+                            users=users(telemetry, networks), profiles=PROFILES)
 
 
 def users(telemetry: Telemetry, networks: list[str]) -> dict[str, Any]:

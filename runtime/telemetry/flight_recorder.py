@@ -8,7 +8,10 @@ frames). Unset times are None in the pickle and 0 in JSON; both become 0 here. N
 names its rank, so a file's rank is the number its name ends with, as torch names them.
 
 Pickles are read with an unpickler that refuses every class: a dump holds only dicts, lists,
-tuples, strings and numbers, so a file that needs anything else is refused, never run.
+tuples, strings and numbers, so a file that needs anything else is refused, never run. A dump
+nested deeper than MAX_DEPTH is refused (a pickle builds any depth without recursing; JSON
+output and torch's analyzer then would), and a number outside its column's range
+(runtime/telemetry/columns.py) is an error naming the entry and field, never stored wrapped.
 
 `analyze` matches the ranks' entries with torch's own analyzer
 (`torch.distributed.flight_recorder`, what `torchfrtrace` runs) and returns its findings as
@@ -35,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.errors import Category, RuntimeFailure
+from runtime.telemetry import columns
 from runtime.telemetry.writer import Row, TelemetryWriter, utc_now
 
 TABLE = "flight_recorder"
@@ -42,6 +46,7 @@ PREFIX = "comm_lib_trace_rank_"  # torch's default dump file name (TORCH_FR_DUMP
 _RANK = re.compile(r"(\d+)(\.json)?$")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ANALYZER_LOG = "Flight Recorder"  # the logger torch's analyzer prints its findings to
+MAX_DEPTH = 32  # a dump: entries -> entry -> input_sizes -> a tensor's sizes, and frames
 
 
 class FlightRecorderError(RuntimeFailure):
@@ -78,6 +83,9 @@ def parse_dump(raw: bytes, rank: int, source: str) -> Dump:
         raise FlightRecorderError(f"{source}: not a Flight Recorder dump (neither JSON nor a "
                                   "pickle)")
     _check(data, source)
+    problem = columns.out_of_range(TABLE, "rank", rank)
+    if problem:
+        raise FlightRecorderError(f"{source}: the rank in the file name: {problem}")
     return Dump(source, rank, data)
 
 
@@ -128,7 +136,7 @@ def rows(dump: Dump) -> list[Row]:
     found = []
     for index, entry in enumerate(dump.entries):
         try:
-            found.append(_row(entry, status, dump.rank))
+            found.append(_in_range(_row(entry, status, dump.rank)))
         except (KeyError, TypeError, ValueError) as error:
             raise FlightRecorderError(f"{dump.source}: entries[{index}]: {_problem(error)}") \
                 from error
@@ -318,13 +326,30 @@ def _from_pickle(raw: bytes, source: str) -> Any:
 def _from_json(raw: bytes, source: str) -> Any:
     try:
         return json.loads(raw)
+    except RecursionError as error:  # the decoder recurses per level
+        raise FlightRecorderError(f"{source}: nested deeper than {MAX_DEPTH} levels: not a "
+                                  "Flight Recorder dump") from error
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise FlightRecorderError(f"{source}: not JSON: {error}") from error
+
+
+def _check_depth(data: Any, source: str) -> None:
+    """No deeper than MAX_DEPTH, walked a level at a time (no recursion on a deep dump)."""
+    level = [data]
+    for _ in range(MAX_DEPTH):
+        level = [child for value in level for child in (
+            value.values() if isinstance(value, dict) else value)
+            if isinstance(child, dict | list | tuple)]
+        if not level:
+            return
+    raise FlightRecorderError(f"{source}: nested deeper than {MAX_DEPTH} levels: not a Flight "
+                              "Recorder dump")
 
 
 def _check(data: Any, source: str) -> None:
     if not isinstance(data, dict):
         raise FlightRecorderError(f"{source}: expected a mapping, got {type(data).__name__}")
+    _check_depth(data, source)
     for key, kind in (("version", str), ("entries", list), ("pg_config", dict)):
         if not isinstance(data.get(key), kind):
             raise FlightRecorderError(f"{source}: {key}: expected a {kind.__name__}, got "
@@ -338,6 +363,9 @@ def _row(entry: Mapping[str, Any], status: Mapping[str, Any], rank: int) -> Row:
     name, desc = entry["process_group"]
     pg_id = str(entry["pg_id"])
     created = _ns(entry["time_created_ns"])
+    problem = columns.out_of_range(TABLE, "time_created_ns", created)
+    if problem:  # checked before it becomes `ts`, which it would overflow
+        raise ValueError(f"time_created_ns: {problem}")
     group = status.get(pg_id) or {}
     return {
         # An entry without a creation time (never seen) gets the load time: the tables'
@@ -362,6 +390,15 @@ def _row(entry: Mapping[str, Any], status: Mapping[str, Any], rank: int) -> Row:
         "last_started": _int(group.get("last_started_collective"), -1),
         "last_completed": _int(group.get("last_completed_collective"), -1),
     }
+
+
+def _in_range(row: Row) -> Row:
+    """The row, if every value fits its column (ClickHouse would wrap the rest)."""
+    for column, value in row.items():
+        problem = None if isinstance(value, bool) else columns.out_of_range(TABLE, column, value)
+        if problem:
+            raise ValueError(f"{column}: {problem}")
+    return row
 
 
 def _ns(value: Any) -> int:

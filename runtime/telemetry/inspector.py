@@ -15,6 +15,12 @@ What a line may be:
   they say the plugin's ring overflowed and records are missing;
 * an unterminated last line: the plugin was writing, or was killed mid-line. It is skipped and
   reported; any other malformed line is an error, since the plugin writes whole lines only.
+
+A number the view would store as something else (a rank beyond Int32, a negative size, a time
+beyond what the tables' TTL can hold) is an error naming its field and the column's range
+(runtime/telemetry/columns.py, from the schema's DDL), as is nesting deeper than a record's.
+A record's own identity keys (`cluster`, `job`, …) are dropped: the identity given with the
+load (the command line's `--run`) is the one the rows get.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.errors import Category, RuntimeFailure
 from runtime.identity import Identity
+from runtime.telemetry import columns
 from runtime.telemetry.store import Store
 
 if TYPE_CHECKING:
@@ -45,6 +52,14 @@ IDENTITY_KEYS = ("cluster", "namespace", "team", "job", "kind", "run", "pod", "n
 # comes out as a bare `inf`, which is not JSON: quoted, the view reads it as NULL like "nan".
 _BARE_INF = re.compile(rb'(?<=:)(-?inf)(?=[,}])')
 _CHUNK_BYTES = 16 << 20  # one INSERT body at most: bounded memory on the server side
+# A record is three levels deep (inspector_json.cc); ClickHouse's JSON functions stop at their
+# own depth limit, which would fail an insert half-way through a load.
+MAX_DEPTH = 16
+TABLE = "collectives"  # where the view writes (schema/0002, 0005)
+# Record fields and the `collectives` column the view stores each in.
+HEADER_COLUMNS = {"rank": "rank", "n_ranks": "n_ranks", "nnodes": "nnodes"}
+METADATA_COLUMNS = {"dump_timestamp_us": "ts", "pid": "pid"}
+PERF_COLUMNS = {"sn": "coll_sn", "msg_size_bytes": "msg_size_bytes"}
 
 
 class InspectorError(RuntimeFailure):
@@ -82,7 +97,8 @@ def read_log(path: Path, identity: Identity | None = None) -> InspectorLog:
             stats += 1
             dropped += _dropped(record["dump_stats"], f"{path}:{number}")
             continue
-        lines.append(json.dumps({**record, **extra}, separators=(",", ":")).encode())
+        own = {key: value for key, value in record.items() if key not in IDENTITY_KEYS}
+        lines.append(json.dumps({**own, **extra}, separators=(",", ":")).encode())
     return InspectorLog(path, lines, stats, dropped, truncated=bool(last.strip()))
 
 
@@ -103,6 +119,7 @@ def parse_line(raw: bytes, where: str) -> dict[str, Any]:
     record = _json(text, where)
     if not isinstance(record, dict):
         raise InspectorError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    _check_depth(record, where)
     _check_header(record, where)
     if "dump_stats" in record:
         return record
@@ -135,12 +152,43 @@ def load(store: Store, logs: Sequence[InspectorLog]) -> int:
 def _json(text: str, where: str) -> Any:
     try:
         return json.loads(text, parse_constant=_not_json)
+    except RecursionError as error:  # the decoder recurses per level
+        raise InspectorError(f"{where}: nested deeper than {MAX_DEPTH} levels: not an NCCL "
+                             "Inspector record") from error
     except json.JSONDecodeError as error:
         fixed = _BARE_INF.sub(rb'"\1"', text.encode()).decode()
         if fixed != text:
             return _json(fixed, where)
         raise InspectorError(f"{where}: not JSON: {error.msg} at column {error.colno}") \
             from error
+
+
+def _check_depth(record: Mapping[str, Any], where: str) -> None:
+    """No deeper than MAX_DEPTH (a walk without recursion: the record may be deep)."""
+    level: list[Any] = [record]
+    for depth in range(1, MAX_DEPTH + 1):
+        level = [child for value in level for child in (
+            value.values() if isinstance(value, dict) else value)
+            if isinstance(child, dict | list)]
+        if not level:
+            return
+        if depth == MAX_DEPTH:
+            raise InspectorError(f"{where}: nested deeper than {MAX_DEPTH} levels: not an "
+                                 "NCCL Inspector record")
+
+
+def _in_range(section: Mapping[str, Any], fields: Mapping[str, str], where: str) -> None:
+    """Each field within its column's range (the view would wrap or zero it)."""
+    for name, column in fields.items():
+        found = columns.bounds(TABLE, column)
+        if found is None:
+            continue
+        found = columns.micros(found)
+        if not found.holds(section[name]):
+            kind = columns.unwrap(columns.schema_columns()[TABLE][column])
+            unit = " µs since the epoch" if column == "ts" else ""
+            raise InspectorError(f"{where}.{name}: {section[name]} is outside {TABLE}.{column} "
+                                 f"({kind}: {found.low} to {found.high}{unit})")
 
 
 def _not_json(token: str) -> Any:
@@ -158,11 +206,14 @@ def _check_header(record: Mapping[str, Any], where: str) -> None:
     _fields(header, {"id": str, "rank": int, "n_ranks": int, "nnodes": int},
             f"{where}: header")
     _fields(meta, {"dump_timestamp_us": int, "hostname": str, "pid": int}, f"{where}: metadata")
+    _in_range(header, HEADER_COLUMNS, f"{where}: header")
+    _in_range(meta, METADATA_COLUMNS, f"{where}: metadata")
 
 
 def _check_perf(perf: Mapping[str, Any], p: str, where: str) -> None:
     _fields(perf, {p: str, f"{p}_sn": int, f"{p}_msg_size_bytes": int,
                    f"{p}_timing_source": str}, where)
+    _in_range(perf, {f"{p}_{name}": column for name, column in PERF_COLUMNS.items()}, where)
     for name in (f"{p}_exec_time_us", f"{p}_algobw_gbs", f"{p}_busbw_gbs"):
         value = perf.get(name)
         if not _number(value) and value not in ("nan", "inf", "-inf"):

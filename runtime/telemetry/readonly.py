@@ -48,6 +48,8 @@ OUTSIDE_FUNCTIONS = frozenset(name.lower() for name in (
     "aiFilter"))
 # One EXPLAIN AST line: indentation (one space a level), the node's name, then its text.
 _NODE = re.compile(r"^( *)(\S+) ?(.*)$")
+_TSV_ESCAPE = re.compile(r"\\(.)")
+_TSV_CHARACTERS = {"t": "\t", "n": "\n", "r": "\r", "0": "\0", "b": "\b", "f": "\f"}
 _FUNCTION = re.compile(r"^(.+?)(?: \(alias .*\))?(?: \(children \d+\))?$")
 
 
@@ -62,6 +64,11 @@ class Node:
     depth: int
     name: str
     text: str
+
+
+def tsv_field(text: str) -> str:
+    """One TabSeparated field as text (ClickHouse escapes \\, tab, newline and quotes)."""
+    return _TSV_ESCAPE.sub(lambda m: _TSV_CHARACTERS.get(m.group(1), m.group(1)), text)
 
 
 def parse_ast(lines: Iterable[str]) -> list[Node]:

@@ -20,6 +20,13 @@ ClickHouse/ClickHouse `src/Server/HTTPHandler.cpp`):
 * users and passwords: HTTP Basic auth, `X-ClickHouse-User`/`X-ClickHouse-Key` headers, or
   `user`/`password` parameters, `default` with no password when none is given; a wrong
   user or password is refused as ClickHouse does (403, code 516 AUTHENTICATION_FAILED);
+* `readonly`, from a user's profile (`readonly_users`) or a request's parameter, as the server
+  holds it: the profile's level is set before the request's settings, so that a read-only
+  user's change of any setting fails with the engine's own Code 164 READONLY (HTTP 500:
+  READONLY is not among exceptionCodeToHTTPStatus.cpp's codes), and the request's `readonly`
+  last, as it applies to that request only. Such a request runs on a chDB session of its own
+  (closed after it), since a session once read-only cannot be made writable again; the
+  refusals are therefore chDB's, i.e. ClickHouse's, not this module's;
 * `database` (the current database; 404 UNKNOWN_DATABASE when absent), `param_<name>` (query
   parameters), and any other parameter as a setting of that one query (an unknown one fails
   as on the server, 404 UNKNOWN_SETTING);
@@ -39,7 +46,10 @@ Where it differs from a server (the tests rely on none of these being real):
 * multipart form bodies (clickhouse-connect's `form_encode_query_params`, external data) and
   the native `compress=1` block compression are refused with 501 NOT_IMPLEMENTED;
 * progress headers (`send_progress_in_http_headers`) are never sent: the whole answer is
-  computed before it is written.
+  computed before it is written;
+* no access control beyond passwords and profiles' `readonly` (chDB has no users or grants):
+  a user's GRANTs (generator/platform/telemetry.py) are not modelled, nor GET's implied
+  read-only mode.
 
 chDB holds one database folder per process: close every other chDB store of the test process
 before starting this server, and stop the server before opening another.
@@ -181,6 +191,7 @@ class Engine:
     def __init__(self, folder: Path) -> None:
         from chdb import session
 
+        self.folder = folder
         self.lock = threading.Lock()
         self.session = session.Session(str(folder))
         first = self.session.query("SELECT version(), timezone()", "TabSeparated")
@@ -194,13 +205,42 @@ class Engine:
         self.session.close()
 
     def run(self, statement: bytes, data: bytes | None, database: str,
-            settings: Mapping[str, str], params: Mapping[str, str]) -> tuple[bytes, dict[str, str]]:
-        """Run one statement; its output and the summary header's figures."""
+            settings: Mapping[str, str], params: Mapping[str, str],
+            readonly: int = 0) -> tuple[bytes, dict[str, str]]:
+        """Run one statement; its output and the summary header's figures. `readonly`: the
+        user's profile's level."""
         with self.lock:
+            if readonly or "readonly" in settings:
+                return self._read_only(statement, data, database, settings, params, readonly)
             self._prepare(database, settings)
-            if data is not None:
-                return self._insert(statement, data)
-            return self._query(statement.decode(), params)
+            return self._statement(self.session, statement, data, params)
+
+    def _statement(self, session: Any, statement: bytes, data: bytes | None,
+                   params: Mapping[str, str]) -> tuple[bytes, dict[str, str]]:
+        if data is not None:
+            return self._insert(session, statement, data)
+        return self._query(session, statement.decode(), params)
+
+    def _read_only(self, statement: bytes, data: bytes | None, database: str,
+                   settings: Mapping[str, str], params: Mapping[str, str],
+                   profile: int) -> tuple[bytes, dict[str, str]]:
+        """One request on a session of its own: the profile's readonly, then the request's
+        settings, its readonly last (HTTPHandler checks them all against the profile)."""
+        from chdb import session as chdb_session
+
+        session = chdb_session.Session(str(self.folder))
+        try:
+            if profile:
+                _call(session, f"SET readonly = {profile}")
+            for name, value in settings.items():
+                if name != "readonly":
+                    _call(session, f"SET {name} = {_literal(value)}")
+            if "readonly" in settings:
+                _call(session, f"SET readonly = {_literal(settings['readonly'])}")
+            _call(session, f"USE {_identifier(database)}")
+            return self._statement(session, statement, data, params)
+        finally:
+            session.close()
 
     def _prepare(self, database: str, settings: Mapping[str, str]) -> None:
         for name in set(self.settings) - set(settings):
@@ -211,28 +251,34 @@ class Engine:
             self.settings[name] = value
         self._call(f"USE {_identifier(database)}")
 
-    def _insert(self, statement: bytes, data: bytes) -> tuple[bytes, dict[str, str]]:
+    def _insert(self, session: Any, statement: bytes,
+                data: bytes) -> tuple[bytes, dict[str, str]]:
         match = _INSERT.match(statement)
         assert match is not None  # the caller split it with the same pattern
         try:
-            inserter = self.session.send_insert(match.group(1).decode(), match.group(2).decode())
+            inserter = session.send_insert(match.group(1).decode(), match.group(2).decode())
             inserter.append(data)
             result = inserter.finish()
         except Exception as error:  # chDB raises RuntimeError with ClickHouse's text
             raise ServerError(_exception_text(error)) from error
         return b"", _summary(0, 0, result.rows_written, result.bytes_written, result.elapsed)
 
-    def _query(self, sql: str, params: Mapping[str, str]) -> tuple[bytes, dict[str, str]]:
-        result = self._call(sql, params)
+    def _query(self, session: Any, sql: str,
+               params: Mapping[str, str]) -> tuple[bytes, dict[str, str]]:
+        result = _call(session, sql, params)
         return result.bytes(), _summary(result.rows_read(), result.bytes_read(),
                                         result.rows_written(), result.bytes_written(),
                                         result.elapsed())
 
-    def _call(self, sql: str, params: Mapping[str, str] | None = None) -> Any:
-        try:
-            return self.session.query(sql, "TabSeparated", params=dict(params or {}))
-        except Exception as error:
-            raise ServerError(_exception_text(error)) from error
+    def _call(self, sql: str) -> Any:
+        return _call(self.session, sql)
+
+
+def _call(session: Any, sql: str, params: Mapping[str, str] | None = None) -> Any:
+    try:
+        return session.query(sql, "TabSeparated", params=dict(params or {}))
+    except Exception as error:
+        raise ServerError(_exception_text(error)) from error
 
 
 def _literal(value: str) -> str:
@@ -261,12 +307,15 @@ def _summary(read_rows: int, read_bytes: int, written_rows: int, written_bytes: 
 class ClickHouseHttpServer:
     """The double: `start()`, then point a client at `dsn(...)`; `stop()` releases the folder.
 
-    `users` maps user names to passwords (default: `default` without a password).
+    `users` maps user names to passwords (default: `default` without a password);
+    `readonly_users` maps users to their profile's `readonly` level (1 or 2).
     """
 
-    def __init__(self, folder: Path, users: Mapping[str, str] | None = None) -> None:
+    def __init__(self, folder: Path, users: Mapping[str, str] | None = None,
+                 readonly_users: Mapping[str, int] | None = None) -> None:
         self.folder = folder
         self.users = dict(users or {DEFAULT_USER: ""})
+        self.readonly_users = dict(readonly_users or {})
         self.calls: list[Call] = []
         self.engine: Engine | None = None
         self.httpd: ThreadingHTTPServer | None = None
@@ -331,21 +380,22 @@ class ClickHouseHttpServer:
         if call.path != "/":
             raise ServerError(f"Code: 1000. DB::Exception: There is no handle {call.path}. "
                               "(UNKNOWN_HANDLER)")
-        self._authenticate(call)
+        user = self._authenticate(call)
         if call.headers.get("content-type", "").startswith("multipart/") or \
                 call.params.get("compress") == "1":
             raise ServerError("Code: 48. DB::Exception: The test double does not implement "
                               "multipart bodies or compress=1. (NOT_IMPLEMENTED)")
-        return self._execute(call)
+        return self._execute(call, self.readonly_users.get(user, 0))
 
-    def _authenticate(self, call: Call) -> None:
+    def _authenticate(self, call: Call) -> str:
         user, password = credentials(call)
         if self.users.get(user) != password:
             raise ServerError(
                 f"Code: 516. DB::Exception: {user}: Authentication failed: password is "
                 "incorrect, or there is no user with such name. (AUTHENTICATION_FAILED)")
+        return user
 
-    def _execute(self, call: Call) -> Answer:
+    def _execute(self, call: Call, readonly: int = 0) -> Answer:
         url_query = call.params.get("query", "").encode()
         text = url_query + (b"\n" if url_query and call.body else b"") + call.body
         insert = _INSERT.match(text)
@@ -355,7 +405,7 @@ class ClickHouseHttpServer:
                     if k not in TRANSPORT and not k.startswith("param_") and k != "compress"}
         database = call.params.get("database") or call.headers.get("x-clickhouse-database") \
             or "default"
-        body, summary = self._engine().run(text, data, database, settings, params)
+        body, summary = self._engine().run(text, data, database, settings, params, readonly)
         fmt = self._format(text.decode(errors="replace")) if data is None else ""
         headers = {"X-ClickHouse-Summary": json.dumps(summary, separators=(",", ":")),
                    "Content-Type": _CONTENT_TYPES.get(fmt, "text/plain; charset=UTF-8")}
