@@ -15,7 +15,7 @@ names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, ma
 
 
 def _worker_env() -> dict[str, str]:
-    (rayjob,) = yaml.safe_load_all(GOLDEN.read_text())
+    (rayjob,) = (d for d in yaml.safe_load_all(GOLDEN.read_text()) if d["kind"] == "RayJob")
     pod = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]
     env = pod["spec"]["containers"][0]["env"]
     # Downward-API and Secret values stand in as `<field path>` and `<secret/key>`: the

@@ -68,11 +68,18 @@ def _worker(rayjob: dict[str, Any]) -> dict[str, Any]:
     return dict(spec["containers"][0])
 
 
+def _workloads(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A job file's documents less its NetworkPolicy, of which there is exactly one."""
+    policies = [d for d in documents if d["kind"] == "NetworkPolicy"]
+    assert len(policies) == 1
+    return [d for d in documents if d["kind"] != "NetworkPolicy"]
+
+
 def test_an_experiment_renders_the_synchroniser_and_a_learner_per_cluster(root: Path) -> None:
     _write(root, _example())
     tree = render_tree(root, use_cache=False)
-    job, service = tree.manifests[SYNC]
-    (us,), (eu,) = tree.manifests[US], tree.manifests[EU]
+    job, service = _workloads(tree.manifests[SYNC])
+    (us,), (eu,) = _workloads(tree.manifests[US]), _workloads(tree.manifests[EU])
     assert (job["kind"], service["kind"], us["kind"], eu["kind"]) == (
         "Job", "Service", "RayJob", "RayJob")
     for document in (job, service, us, eu):
@@ -100,7 +107,7 @@ def test_an_experiment_renders_the_synchroniser_and_a_learner_per_cluster(root: 
 
 def test_what_a_learner_pod_gets_is_what_the_runtime_reads(root: Path) -> None:
     _write(root, _example())
-    (eu,) = render_tree(root, use_cache=False).manifests[EU]
+    (eu,) = _workloads(render_tree(root, use_cache=False).manifests[EU])
     raw = {"checkpoint": {"uri": "gs://bucket/run"}}
     config = build_config(with_deployment(raw, _env(_worker(eu))))
     assert config.diloco.enabled and config.diloco.learner == "eu"

@@ -70,6 +70,11 @@ SERVED: dict[tuple[str, str], Resource] = {
     ("batch", "jobs"): Resource("Job", categories=ALL),
     ("networking.k8s.io", "networkpolicies"): Resource("NetworkPolicy", status=False,
                                                        short_names=("netpol",)),
+    # Status is written by the API server's type checker (ValidatingAdmissionPolicyStatus).
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies"): Resource(
+        "ValidatingAdmissionPolicy", namespaced=False),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"): Resource(
+        "ValidatingAdmissionPolicyBinding", namespaced=False, status=False),
     ("rbac.authorization.k8s.io", "roles"): Resource("Role", status=False),
     ("rbac.authorization.k8s.io", "rolebindings"): Resource("RoleBinding", status=False),
     ("rbac.authorization.k8s.io", "clusterroles"): Resource("ClusterRole", namespaced=False,

@@ -179,7 +179,7 @@ def test_paths_and_verbs_the_server_does_not_serve(api):
     assert send(server, "POST", "/api/v1/pods", pod("team", "q", "n1"))[0] == 405
     assert send(server, "GET", "/api/v1/namespaces/team/nodes/n1")[0] == 404
     assert send(server, "GET", "/api/v1/namespaces/team/pods/p/eviction")[0] == 405
-    assert send(server, "GET", "/api/v1/namespaces/team/secrets")[0] == 404
+    assert send(server, "GET", "/api/v1/namespaces/team/persistentvolumeclaims")[0] == 404
     code, status = send(server, "PATCH", "/api/v1/namespaces/team/pods/p", {}, "text/plain")
     assert (code, status["reason"]) == (415, "UnsupportedMediaType")
 

@@ -41,7 +41,7 @@ JOB = "team-llm/llm-pretrain-7b"
 # ---- the cluster's actors, played by the test ------------------------------------------------
 def rendered_rayjob(name: str = "llm-pretrain-7b", reserve: bool = True) -> dict[str, Any]:
     """The committed render of llm-pretrain-7b, renamed; without its annotation if asked."""
-    job = yaml.safe_load(RENDERED.read_text())
+    (job,) = (d for d in yaml.safe_load_all(RENDERED.read_text()) if d["kind"] == "RayJob")
     job["metadata"]["name"] = name
     if not reserve:
         del job["metadata"]["annotations"][rsv.REQUEST]
