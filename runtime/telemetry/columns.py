@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 
 _TABLE = re.compile(r"^CREATE TABLE IF NOT EXISTS (\w+)\s*\((.*?)^\)(.*?);", re.M | re.S)
-_COLUMN = re.compile(r"^\s+(\w+)\s+(.+?),?\s*$")
+_COLUMN = re.compile(r"^\s+(\w+)\s+(.+?),?\s*(?:--.*)?$")  # a trailing comment aside
 _INTEGER = re.compile(r"^(U?)Int(8|16|32|64|128|256)$")
 _WRAPPERS = re.compile(r"^(?:Nullable|LowCardinality|SimpleAggregateFunction\(\w+,)\s*\(?(.*)\)$")
 _TTL_TIME = re.compile(r"\bTTL\s+toDateTime\((\w+)\)")
