@@ -124,6 +124,16 @@ ENV_FIELDS: Final = {Env.CLUSTER: "cluster", Env.NAMESPACE: "namespace", Env.TEA
                      Env.ROLE: "role", Env.POD: "pod", Env.NODE: "node"}
 
 
+LOCAL_HOST: Final = "127.0.0.1"
+
+
+def listen_host(environ: Mapping[str, str] | None = None) -> str:
+    """Where this process's listeners bind and what they advertise: the pod's IP (`POD_IP`)
+    where the pod sets it, else loopback (a local run keeps every peer on this machine)."""
+    env = os.environ if environ is None else environ
+    return env.get(Env.POD_IP) or LOCAL_HOST
+
+
 def selector(**terms: str) -> str:
     """A Kubernetes equality label selector over GKR's labels: `selector(job="x", role="head")`."""
     return ",".join(f"{getattr(Label, key.upper())}={value}" for key, value in terms.items())

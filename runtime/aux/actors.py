@@ -14,11 +14,12 @@ from typing import Any
 import ray
 
 from runtime.aux.config import ServiceConfig
-from runtime.aux.proxy import ProxyCore, listen_host
+from runtime.aux.proxy import ProxyCore
 from runtime.aux.refresh import RefreshPoint
 from runtime.aux.services import CheckpointableService, build_service
 from runtime.aux.worker import WorkerCore, backend_address
 from runtime.fleet import monitor_name
+from runtime.identity import listen_host
 
 
 def _reporter(run_id: str, method: str) -> Any:

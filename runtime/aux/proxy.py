@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,14 +44,12 @@ import zmq
 from runtime.aux.errors import WireError
 from runtime.aux.wire import parse_json, tune
 from runtime.fleet import ProxySample
-from runtime.identity import Env
 
 log = logging.getLogger(__name__)
 
 # The ports an auxiliary proxy listens on (requests and loss notices, two per service on a
 # node), as libzmq's bind_to_random_port takes them: min inclusive, max exclusive.
 PORTS = (47000, 48000)
-LOCAL_HOST = "127.0.0.1"
 POLL_MS = 50  # how often the control thread checks `stop`, the statistics and the report
 CONTROL_ID = b"gkr-proxy-control"  # the control thread's routing id at the frontend
 STATS_INTERVAL_S = 0.05
@@ -70,12 +67,6 @@ def _remove_ipc_file(address: str) -> None:
     if address.startswith("ipc://"):
         Path(address.removeprefix("ipc://")).unlink(missing_ok=True)
 
-
-def listen_host(environ: Mapping[str, str] | None = None) -> str:
-    """The address the proxy's TCP sockets bind: the pod's IP where the pod says it, else
-    loopback (a local run)."""
-    env = os.environ if environ is None else environ
-    return env.get(Env.POD_IP) or LOCAL_HOST
 
 
 def _bind(sock: zmq.Socket, host: str) -> str:

@@ -44,10 +44,10 @@ from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
 from runtime.errors import RuntimeFailure
 from runtime.ft.batches import QuorumBatches, SampleLedger
 from runtime.ft.config import FaultToleranceConfig
-from runtime.ft.listen import listen_host, pod_bound_managers
+from runtime.ft.listen import pod_bound_managers
 from runtime.ft.shrink import Drop, ShrinkTarget, board_name, shrink_request, shrink_target
 from runtime.ft.watchdog import Watchdog
-from runtime.identity import Identity
+from runtime.identity import Identity, listen_host
 from runtime.train.batches import BatchSource
 from runtime.train.config import TrainConfig
 from runtime.train.progress import Notice, progress_name

@@ -19,9 +19,10 @@ import ray
 
 from runtime.aux.coordinator import AuxCoordinator
 from runtime.errors import RuntimeFailure
-from runtime.ft.listen import listen_host, socket_address
+from runtime.ft.listen import socket_address
 from runtime.ft.replica import ReplicaSpec, quiet_torchft
 from runtime.ft.shrink import start_board
+from runtime.identity import listen_host
 from runtime.planner import CapacityPlan
 from runtime.train.checkpointing import (
     ResumePoint,

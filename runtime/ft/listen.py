@@ -11,21 +11,10 @@ through any other interface of the pod either.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from runtime.identity import Env
-
-LOCAL_HOST = "127.0.0.1"
-
-
-def listen_host(environ: Mapping[str, str] | None = None) -> str:
-    """The pod's IP (`GKR_POD_IP`, from the downward API's status.podIP) where the pod sets
-    it, else loopback: a local run keeps every rank on this machine. The host torchft's
-    servers bind is also the one they advertise, so peers dial what is listening."""
-    env = os.environ if environ is None else environ
-    return env.get(Env.POD_IP) or LOCAL_HOST
+from runtime.identity import listen_host
 
 
 def socket_address(host: str, port: int | str) -> str:

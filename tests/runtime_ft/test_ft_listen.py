@@ -11,15 +11,8 @@ import pytest
 from torchft._torchft import ManagerServer
 from torchft.coordination import LighthouseServer
 
-from runtime.ft.listen import (
-    LOCAL_HOST,
-    listen_host,
-    pod_bound,
-    pod_bound_managers,
-    rebind,
-    socket_address,
-)
-from runtime.identity import Env
+from runtime.ft.listen import pod_bound, pod_bound_managers, rebind, socket_address
+from runtime.identity import LOCAL_HOST, Env, listen_host
 
 LISTEN = "0A"  # the `st` column of a listening socket (include/net/tcp_states.h)
 

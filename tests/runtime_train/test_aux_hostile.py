@@ -17,7 +17,7 @@ import zmq
 from runtime.aux.client import AuxClient, Endpoint, ServiceHandle
 from runtime.aux.config import OnWorkerLoss
 from runtime.aux.errors import AuxBusy, WireError
-from runtime.aux.proxy import LOCAL_HOST, PORTS, ProxyCore, listen_host
+from runtime.aux.proxy import PORTS, ProxyCore
 from runtime.aux.services import EchoService
 from runtime.aux.wire import (
     REPLY,
@@ -31,7 +31,7 @@ from runtime.aux.wire import (
     send_message,
 )
 from runtime.aux.worker import WorkerCore
-from runtime.identity import Env
+from runtime.identity import LOCAL_HOST, Env, listen_host
 from tests.runtime_train.fabric import Fabric
 from tests.runtime_train.test_aux_fuzz import Target
 
