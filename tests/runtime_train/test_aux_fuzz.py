@@ -10,6 +10,7 @@ import json
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,14 @@ class Target:
         self.process.stdin.flush()
         outcomes: list[str] = json.loads(self.line())
         return outcomes
+
+    def report(self) -> dict[str, Any]:
+        """The serving target's worker report, asked for while it serves."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(b"report\n")
+        self.process.stdin.flush()
+        answer: dict[str, Any] = json.loads(self.line())
+        return answer
 
     def finish(self) -> str:
         assert self.process.stdin is not None
@@ -213,6 +222,11 @@ def test_the_one_byte_frame_is_dropped_counted_and_serving_goes_on(tmp_path: Pat
     client = AuxClient(ServiceHandle("echo", (Endpoint(address, 1),), TIMEOUT_S, 0), rank=0)
     try:
         sock.send(b"\x00")
+        # The frame and the honest call travel on two connections, which nothing orders:
+        # wait (bounded) until the worker has counted the frame, then ask it to serve.
+        deadline = time.monotonic() + TIMEOUT_S
+        while target.report()["malformed"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
         _still_serves((target, address), client)
         report = json.loads(target.finish())
     finally:

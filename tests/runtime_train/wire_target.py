@@ -9,7 +9,8 @@ raised ("ok" when it decoded), after touching every decoded array's memory.
 
 `python -m tests.runtime_train.wire_target serve DIR` runs a real proxy and worker (echo
 service) on loopback TCP and IPC under DIR, prints the proxy's address, and serves until
-stdin closes; then prints the worker's malformed count and health as JSON.
+stdin closes; each line on stdin, and the close, print the worker's malformed count and
+health as JSON.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def serve(folder: Path) -> None:
                         queue_total=16)
     threads = [proxy.start_thread(), worker.start_thread()]
     print(proxy.address, flush=True)
-    sys.stdin.read()  # until the test closes it
+    for _ in sys.stdin:  # each line asks for the worker's report; serves until stdin closes
+        print(json.dumps({"malformed": worker.malformed, "healthy": worker.healthy}), flush=True)
     proxy.stop.set()
     worker.stop.set()
     for thread in threads:
