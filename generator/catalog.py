@@ -54,6 +54,9 @@ class Accelerator(_Model):
     """Compute Engine machine type of the node."""
     gpus_per_node: int = Field(gt=0)
     """GPUs per node."""
+    peak_tflops: float = Field(gt=0, allow_inf_nan=False)
+    """Dense bf16 Tensor Core peak of one GPU, TFLOP/s (NVIDIA's datasheet figure without
+    sparsity); GPU job pods get it as GKR_PEAK_TFLOPS, the runtime's MFU denominator."""
     allocatable: Resources
     """CPU and memory that pods can request on one node."""
     gpudirect: Literal["none"] | GpuStack

@@ -79,12 +79,13 @@ def shell_command(cmd: str | None) -> list[str]:
 
 
 def _env(job: ResolvedJob, role: Role, on_gpu: bool) -> list[dict[str, Any]]:
-    """Accelerator defaults and collective telemetry (GPU pods), then the user's variables
-    (which may turn the telemetry off), then GKR's; sorted by name after the telemetry
-    password, which must come first: the DSN refers to it as `$(NAME)`, and Kubernetes
-    expands only variables defined before the one that refers to them."""
+    """Accelerator defaults (its peak TFLOP/s for MFU among them) and collective telemetry
+    (GPU pods), then the user's variables (which may turn the telemetry off), then GKR's;
+    sorted by name after the telemetry password, which must come first: the DSN refers to it
+    as `$(NAME)`, and Kubernetes expands only variables defined before the one that refers
+    to them."""
     gpu = job.accelerator if on_gpu else None
-    accel = gpu.host.env if gpu else {}
+    accel = {**gpu.host.env, Env.PEAK_TFLOPS: f"{gpu.peak_tflops:g}"} if gpu else {}
     collectives = collective_env(gpu.nccl_inspector_plugin) if gpu else {}
     telemetry = job.platform.telemetry
     values: Mapping[str, str] = {**accel, **collectives, **job.user_env, **job.identity_env,

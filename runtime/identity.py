@@ -112,6 +112,8 @@ class Env:
     TEMPORAL_ADDRESS: Final = "GKR_TEMPORAL_ADDRESS"
     TEMPORAL_NAMESPACE: Final = "GKR_TEMPORAL_NAMESPACE"
     TELEMETRY_DSN: Final = "GKR_TELEMETRY_DSN"  # where telemetry goes (runtime.telemetry)
+    # Dense bf16 peak TFLOP/s of one of the pod's GPUs, from the accelerator catalog (for MFU)
+    PEAK_TFLOPS: Final = "GKR_PEAK_TFLOPS"
     # The password inside a cluster pod's DSN, from a Secret (generator.telemetry.Telemetry.dsn)
     TELEMETRY_PASSWORD: Final = "GKR_TELEMETRY_PASSWORD"
     # The agent command `gkr diagnose` runs (shell words), over the catalog's `agent.command`.
