@@ -16,6 +16,8 @@ from functools import cache
 
 _TABLE = re.compile(r"^CREATE TABLE IF NOT EXISTS (\w+)\s*\((.*?)^\)(.*?);", re.M | re.S)
 _COLUMN = re.compile(r"^\s+(\w+)\s+(.+?),?\s*(?:--.*)?$")  # a trailing comment aside
+_ALTER = re.compile(r"^ALTER TABLE (\w+)\s+(ADD COLUMN .*?);", re.M | re.S)
+_ADDED = re.compile(r"ADD COLUMN IF NOT EXISTS (\w+)\s+(.+?)\s*(?:,\s*$|$)", re.M)
 _INTEGER = re.compile(r"^(U?)Int(8|16|32|64|128|256)$")
 _WRAPPERS = re.compile(r"^(?:Nullable|LowCardinality|SimpleAggregateFunction\(\w+,)\s*\(?(.*)\)$")
 _TTL_TIME = re.compile(r"\bTTL\s+toDateTime\((\w+)\)")
@@ -55,6 +57,8 @@ def schema_columns() -> dict[str, dict[str, str]]:
         for table, body, _ in _TABLE.findall(text):
             found[table] = {m.group(1): m.group(2) for m in map(_COLUMN.match, body.splitlines())
                             if m}
+        for table, body in _ALTER.findall(text):  # columns added by a later migration
+            found[table] |= dict(_ADDED.findall(body))
     return found
 
 

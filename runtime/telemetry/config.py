@@ -29,5 +29,9 @@ class TelemetryConfig(_Section):
         True, description="Time each gradient all-reduce per rank (the CPU/gloo stand-in for "
                           "NCCL Inspector; on GPUs the inspector's own records are used too).",
     )
-    tokens_per_sample: int = Field(1, ge=1, description="Tokens in one sample, for tokens/s.")
+    peak_tflops: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="Peak TFLOP/s of one device, for MFU; None: GKR_PEAK_TFLOPS (the "
+                    "accelerator catalog's dense bf16 peak, in GPU pods), else no MFU.",
+    )
     inject_delay: InjectDelay | None = Field(None, description="A deliberate straggler.")
