@@ -34,9 +34,9 @@ from runtime.data.config import DataConfig
 from runtime.data.loader import DataPipeline
 
 DATA: dict[str, Any] = {
-    "datasets": [{"name": "images", "factory": "runtime.data.synthetic:SyntheticImages",
-                  "kwargs": {"length": 20000, "size": 64}}],
-    "transform": "runtime.data.synthetic:augment",
+    "datasets": [{"name": "images", "_target_": "runtime.data.synthetic.SyntheticImages",
+                  "length": 20000, "size": 64}],
+    "transform": {"_target_": "runtime.data.synthetic.augment"},
     "batch_size": 32,
     "chunk_size": 16,
     "start_method": "fork",

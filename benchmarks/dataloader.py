@@ -31,12 +31,12 @@ from runtime.data.synthetic import SlowStore, SyntheticImages, augment
 
 CASES: dict[str, dict[str, Any]] = {
     "cpu-bound (64px images, crop/flip/4 convs)": {
-        "factory": "runtime.data.synthetic:SyntheticImages",
+        "_target_": "runtime.data.synthetic.SyntheticImages",
         "kwargs": {"length": 20000, "size": 64},
-        "transform": "runtime.data.synthetic:augment",
+        "transform": {"_target_": "runtime.data.synthetic.augment"},
     },
     "io-bound (2 ms per read, 64-token samples)": {
-        "factory": "runtime.data.synthetic:SlowStore",
+        "_target_": "runtime.data.synthetic.SlowStore",
         "kwargs": {"length": 20000, "latency_ms": 2.0},
         "transform": None,
     },
@@ -47,7 +47,7 @@ class Transformed(Dataset):
     """What a DataLoader user writes: the dataset with the transform applied in __getitem__."""
 
     def __init__(self, case: dict[str, Any]) -> None:
-        kind = SyntheticImages if "Images" in case["factory"] else SlowStore
+        kind = SyntheticImages if "Images" in case["_target_"] else SlowStore
         self.base, self.transform = kind(**case["kwargs"]), case["transform"]
 
     def __len__(self) -> int:
@@ -61,7 +61,7 @@ class Transformed(Dataset):
 def _config(case: dict[str, Any], workers: int, batch: int, io_threads: int = 1) -> DataConfig:
     return DataConfig(
         io_threads=io_threads,
-        datasets=[{"name": "d", "factory": case["factory"], "kwargs": case["kwargs"]}],
+        datasets=[{"name": "d", "_target_": case["_target_"], **case["kwargs"]}],
         transform=case["transform"],
         batch_size=batch,
         producers=workers,

@@ -6,23 +6,19 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from runtime.data.components import Component, check_callable, check_component
+
 # The auxiliary service that runs the producer stage (runtime.data.aux_producer).
 PRODUCER_SERVICE_IMPL = "runtime.data.aux_producer:ProducerService"
 
 
-class DatasetSource(BaseModel):
-    """One map-style dataset of the mixture, built from an importable factory."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class DatasetSource(Component):
+    """One map-style dataset of the mixture: `{name, weight, _target_, ...kwargs}`, where
+    `_target_` (a dotted path) is called with the other keys and returns an object with
+    `__len__` and `__getitem__`. `name` and `weight` are this section's own keys, never
+    keyword arguments."""
 
     name: str = Field(min_length=1, description="Short name, unique within `data.datasets`.")
-    factory: str = Field(
-        pattern=r"^[\w.]+:[\w.]+$",
-        description="`module:callable` returning an object with `__len__` and `__getitem__`.",
-    )
-    kwargs: dict[str, object] = Field(
-        default_factory=dict, description="Keyword arguments passed to the factory."
-    )
     weight: float = Field(
         default=1.0, gt=0, description="Share of each epoch drawn from this dataset (relative)."
     )
@@ -44,15 +40,15 @@ class DataConfig(BaseModel):
         gt=0,
         description="Global samples per epoch; default: the total length of all datasets.",
     )
-    transform: str | None = Field(
+    transform: Component | None = Field(
         default=None,
-        pattern=r"^[\w.]+:[\w.]+$",
-        description="`module:callable` applied to each sample in the producers.",
+        description="`{_target_, ...kwargs}` applied to each sample in the producers "
+                    "(a class: its instance; a function: called as f(sample, **kwargs)).",
     )
-    collate: str | None = Field(
+    collate: Component | None = Field(
         default=None,
-        pattern=r"^[\w.]+:[\w.]+$",
-        description="`module:callable` turning a list of samples into a batch (default: stack).",
+        description="`{_target_, ...kwargs}` turning a list of samples into a batch "
+                    "(as `transform`); default: torch's default_collate (stacks tensors).",
     )
     producers: int = Field(default=2, ge=1, le=64, description="Producer processes per rank.")
     producer_service: str | None = Field(
@@ -96,3 +92,15 @@ class DataConfig(BaseModel):
         if self.chunk_size is not None and self.chunk_size > self.batch_size:
             raise ValueError("data.chunk_size: must not exceed data.batch_size")
         return self
+
+
+def check_data(config: DataConfig) -> None:
+    """Import every dataset, transform and collate target and bind its keyword arguments,
+    without building any: a ConfigError names the field (`data.datasets[i]._target_` or the
+    wrong keyword) and what is allowed."""
+    for i, dataset in enumerate(config.datasets):
+        check_component(dataset, f"data.datasets[{i}]")
+    for field in ("transform", "collate"):
+        section = getattr(config, field)
+        if section is not None:
+            check_callable(section, f"data.{field}")

@@ -28,7 +28,7 @@ from typing import Any
 import numpy.random  # noqa: F401
 
 from runtime.data import stages
-from runtime.data.config import DataConfig
+from runtime.data.config import DataConfig, check_data
 from runtime.data.schedule import RankBatch, SamplerState
 from runtime.data.shm import SlotRing, check_fits, unpack
 from runtime.data.sources import (
@@ -37,7 +37,6 @@ from runtime.data.sources import (
     as_a_producer,
     build_datasets,
     dataset_lengths,
-    load_callable,
 )
 from runtime.errors import RuntimeFailure
 
@@ -165,10 +164,8 @@ def _reported(name: str, trace: str) -> DataPipelineError:
 
 def _preload(config: DataConfig) -> None:
     """Import the transform's and collate function's modules here, where forked stages
-    inherit them, rather than once in every stage (and fail here on a bad name)."""
-    for path, field in ((config.transform, "data.transform"), (config.collate, "data.collate")):
-        if path:
-            load_callable(path, field)
+    inherit them, rather than once in every stage (and fail here on a bad name or keyword)."""
+    check_data(config)
     if not config.collate:
         import torch.utils.data  # noqa: F401  (the collators' default_collate)
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeAlias
@@ -12,8 +11,8 @@ from typing import Any, Protocol, TypeAlias
 import numpy as np
 import torch
 
+from runtime.data.components import build_callable, instantiate
 from runtime.data.config import DataConfig
-from runtime.errors import ConfigError
 
 # Per-sample dataset numbers, indices and seeds: slices of the schedule's integer arrays.
 IntSequence: TypeAlias = Sequence[int] | np.ndarray
@@ -29,26 +28,9 @@ class SampleSource(Protocol):
         ...
 
 
-def load_callable(path: str, field: str) -> Callable[..., Any]:
-    """Import `module:attr`; a missing module or attribute is a ConfigError on `field`."""
-    module_name, _, attr = path.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(field, f"cannot import {path!r}: {exc}") from exc
-    if not callable(target):
-        raise ConfigError(field, f"{path!r} is not callable")
-    return target
-
-
 def build_datasets(config: DataConfig) -> list[Any]:
-    """Instantiate every dataset of the mixture from its factory."""
-    return [
-        load_callable(d.factory, f"data.datasets[{i}].factory")(**d.kwargs)
-        for i, d in enumerate(config.datasets)
-    ]
+    """Instantiate every dataset of the mixture from its `_target_` and keyword arguments."""
+    return [instantiate(d, f"data.datasets[{i}]") for i, d in enumerate(config.datasets)]
 
 
 def dataset_lengths(datasets: Sequence[Any]) -> list[int]:
@@ -62,7 +44,7 @@ class LocalSource:
     def __init__(self, config: DataConfig, datasets: list[Any] | None = None) -> None:
         self.datasets = build_datasets(config) if datasets is None else datasets
         self.transform = (
-            load_callable(config.transform, "data.transform") if config.transform else None
+            build_callable(config.transform, "data.transform") if config.transform else None
         )
         # Reads wait on storage, not the CPU: threads overlap them; transforms stay serial
         # on the producer's thread so that seeding the global RNGs per sample is safe.

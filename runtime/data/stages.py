@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from runtime.data.components import build_callable
 from runtime.data.config import DataConfig
 from runtime.data.schedule import GlobalSchedule, RankBatch, SamplerState
 from runtime.data.shm import SlotRing, pack, unpack
-from runtime.data.sources import LocalSource, SampleSource, load_callable
+from runtime.data.sources import LocalSource, SampleSource
 
 _POLL_S = 0.1
 # What fills a chunk slot and a batch slot, for the error that says one does not fit.
@@ -202,7 +203,7 @@ class _Assembler:
 def collate_function(config: DataConfig) -> Callable[[list[Any]], Any]:
     """The configured collate function, or torch's default_collate (stacks tensors)."""
     if config.collate:
-        return load_callable(config.collate, "data.collate")
+        return build_callable(config.collate, "data.collate")
     from torch.utils.data import default_collate
 
     return default_collate

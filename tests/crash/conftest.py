@@ -58,8 +58,9 @@ aux:
 data:
   datasets:
     - name: features
-      factory: runtime.data.synthetic:SyntheticFeatures
-      kwargs: {length: 4096, dim: "${model.input_dim}"}
+      _target_: runtime.data.synthetic.SyntheticFeatures
+      length: 4096
+      dim: "${model.input_dim}"
   batch_size: 64
   producers: 1
   start_method: fork

@@ -97,7 +97,7 @@ def test_aux_hooks_are_called_with_their_place_in_the_checkpoint(tmp_path: Path)
 
 def test_loader_progress_travels_in_the_checkpoint(tmp_path: Path) -> None:
     config = DataConfig(
-        datasets=[{"name": "t", "factory": "runtime.data.synthetic:SyntheticTokens"}],
+        datasets=[{"name": "t", "_target_": "runtime.data.synthetic.SyntheticTokens"}],
         batch_size=4,
         start_method="fork",
     )

@@ -13,7 +13,7 @@ from runtime.data.config import DataConfig
 from runtime.data.loader import DataPipeline
 
 _DATA = DataConfig(
-    datasets=[{"name": "f", "factory": "runtime.data.synthetic:SyntheticFeatures"}],
+    datasets=[{"name": "f", "_target_": "runtime.data.synthetic.SyntheticFeatures"}],
     batch_size=8,
     start_method="fork",
 )

@@ -17,19 +17,19 @@ from runtime.aux.client import Endpoint, ServiceHandle
 from runtime.aux.proxy import ProxyCore
 from runtime.aux.worker import WorkerCore
 from runtime.data.aux_producer import ProducerService, remote_source
+from runtime.data.components import locate
 from runtime.data.config import PRODUCER_SERVICE_IMPL, DataConfig
 from runtime.data.loader import DataPipeline
-from runtime.data.sources import load_callable
 
 DATA: dict[str, Any] = {
     "datasets": [
-        {"name": "a", "factory": "runtime.data.synthetic:SyntheticImages",
-         "kwargs": {"length": 40, "size": 8}},
-        {"name": "b", "factory": "runtime.data.synthetic:SyntheticImages",
-         "kwargs": {"length": 13, "size": 8}, "weight": 0.5},
+        {"name": "a", "_target_": "runtime.data.synthetic.SyntheticImages",
+         "length": 40, "size": 8},
+        {"name": "b", "_target_": "runtime.data.synthetic.SyntheticImages",
+         "length": 13, "size": 8, "weight": 0.5},
     ],
     "batch_size": 6,
-    "transform": "runtime.data.synthetic:augment",  # random: seeded per sample
+    "transform": {"_target_": "runtime.data.synthetic.augment"},  # random: seeded per sample
     "seed": 11,
     "chunk_size": 4,
     "start_method": "fork",
@@ -111,4 +111,4 @@ def test_auxiliary_producers_resume_exactly_with_another_producer_count(
 
 def test_the_configured_producer_impl_is_this_service() -> None:
     """The name training configs must give a producer service (runtime.data.config)."""
-    assert load_callable(PRODUCER_SERVICE_IMPL, "impl") is ProducerService
+    assert locate(PRODUCER_SERVICE_IMPL.replace(":", "."), "impl") is ProducerService

@@ -19,7 +19,7 @@ from runtime.data.loader import DataPipeline, DataPipelineError
 from runtime.data.synthetic import SyntheticImages
 from runtime.errors import ConfigError
 
-_IMAGES = "runtime.data.synthetic:SyntheticImages"
+_IMAGES = "runtime.data.synthetic.SyntheticImages"
 
 
 class RaisesAt(SyntheticImages):
@@ -51,11 +51,11 @@ class KilledAt(SyntheticImages):
 def _config(**kw: object) -> DataConfig:
     base: dict = {
         "datasets": [
-            {"name": "a", "factory": _IMAGES, "kwargs": {"length": 40, "size": 8}},
-            {"name": "b", "factory": _IMAGES, "kwargs": {"length": 13, "size": 8}, "weight": 0.5},
+            {"name": "a", "_target_": _IMAGES, "length": 40, "size": 8},
+            {"name": "b", "_target_": _IMAGES, "length": 13, "size": 8, "weight": 0.5},
         ],
         "batch_size": 6,
-        "transform": "runtime.data.synthetic:augment",
+        "transform": {"_target_": "runtime.data.synthetic.augment"},
         "seed": 11,
         "chunk_size": 4,
         "start_method": "fork",
@@ -111,14 +111,14 @@ def test_batches_follow_the_schedule_and_ranks_do_not_overlap() -> None:
 
 
 def test_a_producer_that_raises_is_reported_with_its_error() -> None:
-    bad = {"name": "a", "factory": f"{__name__}:RaisesAt", "kwargs": {"bad": 9, "length": 40}}
+    bad = {"name": "a", "_target_": f"{__name__}.RaisesAt", "bad": 9, "length": 40}
     pipe = DataPipeline(_config(datasets=[bad], shuffle=False))  # batch 1 reads 6..11
     with pytest.raises(DataPipelineError, match=r"producer-\d failed: ValueError: corrupt record"):
         _take(pipe, 4)
 
 
 def test_a_first_batch_that_fails_in_the_rank_is_reported_with_its_error() -> None:
-    bad = {"name": "a", "factory": f"{__name__}:RaisesAt", "kwargs": {"bad": 3, "length": 40}}
+    bad = {"name": "a", "_target_": f"{__name__}.RaisesAt", "bad": 3, "length": 40}
     pipe = DataPipeline(_config(datasets=[bad], shuffle=False))
     with pytest.raises(DataPipelineError, match=r"first-batch \(in the rank\) failed: "
                                                 r"ValueError: corrupt record 3"):
@@ -137,7 +137,7 @@ def test_the_first_batch_made_in_the_rank_leaves_its_random_state_alone() -> Non
 
 
 def test_a_producer_killed_by_a_signal_is_reported_not_hung() -> None:
-    bad = {"name": "a", "factory": f"{__name__}:KilledAt", "kwargs": {"bad": 7, "length": 40}}
+    bad = {"name": "a", "_target_": f"{__name__}.KilledAt", "bad": 7, "length": 40}
     pipe = DataPipeline(_config(datasets=[bad], shuffle=False))
     with pytest.raises(DataPipelineError, match=r"producer-\d exited with code -9"):
         _take(pipe, 4)
@@ -160,9 +160,9 @@ def test_a_batch_larger_than_a_slot_names_the_setting() -> None:
         next(pipe)
 
 
-def test_an_unimportable_factory_names_the_field() -> None:
-    bad = {"name": "a", "factory": "no_such_module:Thing"}
-    with pytest.raises(ConfigError, match=r"data\.datasets\[0\]\.factory"):
+def test_an_unimportable_target_names_the_field() -> None:
+    bad = {"name": "a", "_target_": "no_such_module.Thing"}
+    with pytest.raises(ConfigError, match=r"data\.datasets\[0\]\._target_"):
         DataPipeline(_config(datasets=[bad]))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from runtime.train.config import TrainConfig, build_config
 
-DATASET = "tests.runtime_ft.faults:PacedFeatures"
+DATASET = "tests.runtime_ft.faults.PacedFeatures"
 
 
 def config(folder: Path, *, pace_s: float = 0.0, kill_at: tuple[int, ...] = (),
@@ -21,9 +21,9 @@ def config(folder: Path, *, pace_s: float = 0.0, kill_at: tuple[int, ...] = (),
         "run": {"name": "ft", "steps": 20, "log_every": 1, "local_cpus": 8},
         "model": {"input_dim": 8, "hidden_dim": 32, "output_dim": 4, "lr": 0.01},
         "layout": {"gpus_per_worker": 0, "backend": "gloo", "numa_affinity": False},
-        "data": {"datasets": [{"name": "features", "factory": DATASET, "kwargs": {
+        "data": {"datasets": [{"name": "features", "_target_": DATASET,
                      "folder": str(folder), "pace_s": pace_s, "kill_at": list(kill_at),
-                     "length": 200_000, "dim": 8}}],
+                     "length": 200_000, "dim": 8}],
                  "batch_size": batch, "shuffle": False, "producers": 1, "prefetch_batches": 1,
                  "start_method": "fork"},
         "logging": {"forward_worker_logs": False, "fleet_every_steps": 0},

@@ -22,8 +22,8 @@ BATCH = 3
 
 def _data() -> DataConfig:
     return DataConfig.model_validate({
-        "datasets": [{"name": "f", "factory": "runtime.data.synthetic:SyntheticFeatures",
-                      "kwargs": {"length": 10_000, "dim": 2}}],
+        "datasets": [{"name": "f", "_target_": "runtime.data.synthetic.SyntheticFeatures",
+                      "length": 10_000, "dim": 2}],
         "batch_size": BATCH, "shuffle": False, "producers": 1, "start_method": "fork",
     })
 
@@ -110,7 +110,7 @@ def test_fault_tolerance_needs_the_data_stream_and_room_for_its_groups() -> None
     ft = {"enabled": True, "replica_groups": 3}
     with pytest.raises(ConfigError, match="needs a `data` section"):
         build_config({"fault_tolerance": ft})
-    data = {"datasets": [{"name": "f", "factory": "runtime.data.synthetic:SyntheticFeatures"}],
+    data = {"datasets": [{"name": "f", "_target_": "runtime.data.synthetic.SyntheticFeatures"}],
             "batch_size": 2}
     with pytest.raises(ConfigError, match=r"max_world_size \(2\) is below"):
         build_config({"fault_tolerance": ft, "data": data, "layout": {"max_world_size": 2}})
