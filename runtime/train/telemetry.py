@@ -1,9 +1,10 @@
 """A training run's telemetry: the driver opens the store, every rank writes its rows.
 
 Each rank writes one `train_steps` row per optimizer step (its own loss, step time,
-samples/s and tokens/s), one `collectives` row per gradient all-reduce (timed on gloo; on
-GPUs NCCL Inspector's records arrive through Fluent Bit, and the rank's `rank_processes` row
-maps their communicator ranks to its own), and rank 0 the FleetMonitor summaries. The
+samples/s, tokens/s, MFU and peak memory: runtime.telemetry.throughput), one `collectives`
+row per gradient all-reduce (timed on gloo; on GPUs NCCL Inspector's records arrive through
+Fluent Bit, and the rank's `rank_processes` row maps their communicator ranks to its own),
+and rank 0 the FleetMonitor summaries. The
 driver records the run's start and end as events and, at the end, says what was written and
 how to look at it.
 """
@@ -12,37 +13,30 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 import torch
 
 from runtime.fleet import ServiceSummary, summary_dict
-from runtime.identity import Identity, Role
+from runtime.identity import Role
+from runtime.run.config import TrainConfig
 from runtime.telemetry.collectives import CollectiveTimer, time_gradients
 from runtime.telemetry.flight_recorder import dump_rank
+from runtime.telemetry.identity import identity
 from runtime.telemetry.inspector import announce_process
 from runtime.telemetry.sink import sink_for, start_store, stop_store
 from runtime.telemetry.store import Store, default_dsn, describe
+from runtime.telemetry.throughput import memory_peaks, mfu, peak_flops
 from runtime.telemetry.writer import TelemetryWriter
-from runtime.train.config import TrainConfig
 
 log = logging.getLogger(__name__)
-LOCAL_CLUSTER = "local"  # the cluster of a run outside Kubernetes
 # What the driver's closing line counts: (table, label).
 SUMMARY = (("train_steps", "step rows"), ("collectives", "collective samples"),
            ("fleet_summaries", "fleet summaries"), ("flight_recorder", "flight-recorder entries"))
-
-
-def identity(run_id: str, role: Role, rank: int = -1) -> Identity:
-    """This process's identity: the pod's environment, else what a local run knows."""
-    found = Identity.from_env(run=run_id, role=str(role), rank=rank)
-    return replace(found, cluster=found.cluster or LOCAL_CLUSTER,
-                   node=found.node or socket.gethostname())
 
 
 # NCCL Inspector's output folder (NVIDIA/nccl plugins/profiler/inspector README); rendered into
@@ -80,10 +74,13 @@ class RankTelemetry:
     """One rank's rows: per-step metrics, timed all-reduces, and (rank 0) fleet summaries.
 
     Also a `FleetSink`, so the FleetReporter's summaries land in `fleet_summaries`.
+    `flops_per_token`: the training FLOPs one token costs this rank's device (the model's
+    `flops_per_token(seq_len)`, divided by the tensor-parallel degree: a TP group shares
+    its tokens' work); None: MFU is not recorded.
     """
 
     def __init__(self, config: TrainConfig, where: Destination, run_id: str, rank: int,
-                 world_size: int, nnodes: int) -> None:
+                 world_size: int, nnodes: int, flops_per_token: float | None = None) -> None:
         section = config.telemetry
         self.writer = TelemetryWriter(sink_for(run_id, where.dsn), identity(run_id, Role.WORKER,
                                       rank), capacity=section.queue_rows)
@@ -92,7 +89,8 @@ class RankTelemetry:
                                      nnodes) if section.time_collectives else None
         delay = section.inject_delay
         self.delay_s = delay.seconds if delay is not None and delay.rank == rank else 0.0
-        self.tokens_per_sample = section.tokens_per_sample
+        self.flops_per_token = flops_per_token
+        self.peak_flops = peak_flops(section.peak_tflops, os.environ)
         self.last = time.perf_counter()
 
     def watch(self, model: torch.nn.Module) -> None:
@@ -105,14 +103,16 @@ class RankTelemetry:
         if self.delay_s:
             time.sleep(self.delay_s)
 
-    def step(self, step: int, loss: torch.Tensor, samples: int) -> None:
-        """One optimizer step of this rank (the loss is read off the training thread)."""
+    def step(self, step: int, loss: torch.Tensor, samples: int, tokens: int) -> None:
+        """One optimizer step of this rank: the samples and tokens it computed on since the
+        last step (or since this object was made). The loss is read off the training thread."""
         now = time.perf_counter()
         elapsed, self.last = max(now - self.last, 1e-9), now
-        rate = samples / elapsed
+        tokens_per_s = tokens / elapsed
         self.writer.write("train_steps", {
-            "step": step, "loss": loss, "step_time_s": elapsed, "samples_per_s": rate,
-            "tokens_per_s": rate * self.tokens_per_sample,
+            "step": step, "loss": loss, "step_time_s": elapsed,
+            "samples_per_s": samples / elapsed, "tokens_per_s": tokens_per_s, "tokens": tokens,
+            "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops), **memory_peaks(),
         })
 
     def emit(self, step: int, summaries: Mapping[str, ServiceSummary]) -> None:
