@@ -1,0 +1,1 @@
+"""Built-in model presets (Hydra group `model`): `_target_` and its keyword arguments."""
