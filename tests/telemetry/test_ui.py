@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from runtime.telemetry.store import Store
+from runtime.telemetry.ui import data
 from runtime.warden.model import Trigger
 from runtime.warden.triggers import trigger_node
 from tests.doubles.kube_apiserver import KubeApiServer
@@ -55,6 +56,10 @@ STRAGGLER = 2  # the rank that arrives late at every all-reduce
 RANKS = 4
 STEPS = 60
 STEP_S = 3  # 60 steps of 3 s: 180 s, six 30 s windows
+TOKENS = 32 * 128  # a rank's tokens a step: 32 samples of 128
+FLOPS_PER_TOKEN = 6e9  # a 1 B-parameter model
+PEAK_FLOPS = 989e12  # an H100's dense bf16 peak
+GIB = 2**30
 EVIL = '<img src="a/b" onerror="window.__pwned=1">'  # a run name that must stay text
 EVIL_MESSAGE = "<script>window.__pwned=2</script><b>bold</b> & done"
 
@@ -74,7 +79,11 @@ def _steps(run: str, steps: int) -> list[dict[str, Any]]:
             rows.append({**_identity(run, rank), "ts": T0 + timedelta(seconds=step * STEP_S),
                          "step": step, "loss": 2.5 * math.exp(-step / 20) + 0.1 + 0.02 * rank,
                          "step_time_s": step_time, "samples_per_s": 32 / step_time,
-                         "tokens_per_s": 32 * 128 / step_time})
+                         "tokens_per_s": TOKENS / step_time, "tokens": TOKENS,
+                         "mfu": TOKENS / step_time * FLOPS_PER_TOKEN / PEAK_FLOPS,
+                         "cuda_peak_allocated_bytes": (40 + rank + step % 3) * GIB,
+                         "cuda_peak_reserved_bytes": (50 + rank) * GIB,
+                         "rss_peak_bytes": (8 + step // 10) * GIB})
     return rows
 
 
@@ -265,6 +274,40 @@ def test_run_page_has_curves_fleet_placement_and_events(ui) -> None:
     assert [(p["rank"], p["pod"], p["node"]) for p in workers] == [
         (r, f"{RUN}-worker-{r}", f"node-{r // 2}") for r in range(RANKS)]
     assert [e["reason"] for e in page["events"]] == ["Succeeded", "Started"]
+
+
+def test_run_page_has_each_ranks_throughput_mfu_memory_and_step_time(ui) -> None:
+    ranks = ui.json(f"/api/runs/{urllib.parse.quote(RUN, safe='')}")["ranks"]
+    table = {row["rank"]: row for row in ranks["table"]}
+    assert sorted(table) == list(range(RANKS)) and ranks["ranks_total"] == RANKS
+    for rank, row in table.items():
+        times = [0.5 + (0.05 if rank == STRAGGLER else 0.0) + 0.01 * math.sin(step / 8)
+                 for step in range(STEPS)]
+        assert row["steps"] == STEPS and row["last_step"] == STEPS - 1
+        assert row["tokens_per_s_mean"] == pytest.approx(sum(TOKENS / t for t in times) / STEPS)
+        assert row["mfu_mean"] == pytest.approx(
+            row["tokens_per_s_mean"] * FLOPS_PER_TOKEN / PEAK_FLOPS)
+        assert row["step_time_mean_s"] == pytest.approx(sum(times) / STEPS)
+        assert row["step_time_max_s"] == pytest.approx(max(times))
+        assert row["cuda_peak_allocated_bytes"] == (42 + rank) * GIB
+        assert row["cuda_peak_reserved_bytes"] == (50 + rank) * GIB
+        assert row["rss_peak_bytes"] == 13 * GIB
+    assert min(table.values(), key=lambda r: r["tokens_per_s_mean"])["rank"] == STRAGGLER
+    # Four ranks: all drawn, one point a step each.
+    assert [curve["rank"] for curve in ranks["curves"]] == list(range(RANKS))
+    for curve in ranks["curves"]:
+        assert [p["step_from"] for p in curve["steps"]] == list(range(STEPS))
+    point = ranks["curves"][STRAGGLER]["steps"][5]
+    assert point["tokens_per_s_mean"] == pytest.approx(TOKENS / (0.55 + 0.01 * math.sin(5 / 8)))
+    assert point["cuda_peak_allocated_bytes"] == (40 + STRAGGLER + 2) * GIB
+
+
+def test_the_slowest_ranks_are_the_ones_drawn() -> None:
+    table = [{"rank": r, "tokens_per_s_mean": 1000.0 - (r % 7) * 10} for r in range(40)]
+    shown = data.chart_ranks(table)
+    assert len(shown) == data.CHART_RANKS and shown == sorted(shown)
+    # The five ranks at 940 tokens/s, then the lowest three of those at 950, in rank order.
+    assert shown == [5, 6, 12, 13, 19, 20, 27, 34]
 
 
 def test_stragglers_fold_the_analysis_into_rank_by_window_cells(ui) -> None:

@@ -23,6 +23,7 @@ RUNS_LIMIT = 500
 EVENTS_LIMIT = 200
 HEATMAP_RANKS = 64  # rows: the most persistent stragglers first, then shown in rank order
 HEATMAP_WINDOWS = 240  # columns: the latest windows
+CHART_RANKS = 8  # per-rank curves: the slowest ranks by tokens/s (more lines are unreadable)
 
 
 class UnknownRun(RuntimeFailure):
@@ -62,8 +63,28 @@ def run_page(store: Store, run: str) -> dict[str, Any]:
         }).dicts()),
         "health": store.query(sql_file("ui_fleet_health.sql"), {"run": run}).dicts(),
         "placement": store.query(sql_file("ui_placement.sql"), {"run": run}).dicts(),
+        "ranks": rank_view(store, run, about["last_step"] or 0),
         "events": events(store, run),
     }
+
+
+def rank_view(store: Store, run: str, last_step: int) -> dict[str, Any]:
+    """Every training rank's throughput, and the curves of the slowest few (by tokens/s)."""
+    table = store.query(sql_file("ui_ranks.sql"), {"run": run}).dicts()
+    shown = chart_ranks(table)
+    curves = store.query(sql_file("ui_rank_steps.sql"), {
+        "run": run, "ranks": shown, "bucket": _bucket(last_step)}).dicts() if shown else []
+    by_rank: dict[int, list[dict[str, Any]]] = {rank: [] for rank in shown}
+    for row in curves:
+        by_rank[row.pop("rank")].append(row)
+    return {"table": table, "curves": [{"rank": r, "steps": by_rank[r]} for r in shown],
+            "ranks_total": len(table)}
+
+
+def chart_ranks(table: Sequence[dict[str, Any]]) -> list[int]:
+    """The ranks drawn: the CHART_RANKS slowest by mean tokens/s, in rank order."""
+    slowest = sorted(table, key=lambda row: (row["tokens_per_s_mean"], row["rank"]))
+    return sorted(row["rank"] for row in slowest[:CHART_RANKS])
 
 
 def _bucket(extent: float) -> int:
