@@ -8,6 +8,7 @@ Screenshots are kept in tests/artifacts/ (git-ignored), or $GKR_TEST_ARTIFACTS.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -22,11 +23,14 @@ from tests.doubles.kube_apiserver import KubeApiServer
 from tests.telemetry.test_ui import (
     EVIL,
     EVIL_MESSAGE,
+    FLOPS_PER_TOKEN,
+    PEAK_FLOPS,
     RANKS,
     ROOT,
     RUN,
     STEPS,
     STRAGGLER,
+    TOKENS,
     UiProcess,
     fill_cluster,
     fill_store,
@@ -108,6 +112,18 @@ def test_runs_list_then_a_run_with_curves_heatmap_and_stragglers(ui, page, artif
         expect(line).to_have_attribute("data-points", str(STEPS))
         assert line.get_attribute("d").count("L") == STEPS - 1, chart  # one segment a step
     expect(page.locator('svg[data-chart="loss"] path.band')).to_have_count(1)
+    for chart in ("rank-tokens", "rank-mfu", "rank-memory", "rank-step-time"):
+        lines = page.locator(f'svg[data-chart="{chart}"] path.series')
+        expect(lines).to_have_count(RANKS)  # one line a rank, one point a step each
+        for i in range(RANKS):
+            expect(lines.nth(i)).to_have_attribute("data-points", str(STEPS))
+            expect(lines.nth(i)).to_have_attribute("data-series", f"rank {i}")
+    expect(page.locator("#ranks-card")).to_contain_text("Peak CUDA memory allocated (GiB)")
+    expect(page.locator("#ranks tbody tr")).to_have_count(RANKS)
+    slow = page.locator("#ranks tbody tr").nth(STRAGGLER)
+    expect(slow.locator("td").first).to_have_text(str(STRAGGLER))
+    expect(slow).to_contain_text(f"{_straggler_mfu() * 100:.1f}%")
+    expect(slow).to_contain_text(f"{42 + STRAGGLER}.0 GiB")  # its allocator's peak
     expect(page.locator('svg[data-chart^="fleet-"]')).to_have_count(3)  # rates, 2 services
     expect(page.locator("#health tbody tr")).to_have_count(2)
 
@@ -129,6 +145,12 @@ def test_runs_list_then_a_run_with_curves_heatmap_and_stragglers(ui, page, artif
     origin = ui.url.rstrip("/")
     assert [url for url in page.requests if not url.startswith(origin)] == []  # nothing remote
     assert page.errors == []
+
+
+def _straggler_mfu() -> float:
+    """The straggler's mean MFU, as the synthetic run wrote it (tests/telemetry/test_ui.py)."""
+    times = [0.55 + 0.01 * math.sin(step / 8) for step in range(STEPS)]
+    return sum(TOKENS / t for t in times) / STEPS * FLOPS_PER_TOKEN / PEAK_FLOPS
 
 
 def test_markup_in_run_names_and_messages_stays_text(ui, page) -> None:

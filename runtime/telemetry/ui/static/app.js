@@ -437,6 +437,57 @@ function trainingCharts(steps) {
                          color: PALETTE[1]}]}));
 }
 
+function bytes(value) {
+  return value === null || value === undefined ? "—" : `${(value / 2 ** 30).toFixed(1)} GiB`;
+}
+
+function percent(fraction) {
+  return fraction === null || fraction === undefined ? "—" : `${(fraction * 100).toFixed(1)}%`;
+}
+
+// Memory as measured: the CUDA allocator's peak where a rank used CUDA, else the process's
+// peak resident set (runtime/telemetry/schema/0007_step_throughput.sql).
+function memoryOf(rows) {
+  const cuda = rows.some((r) => r.cuda_peak_allocated_bytes !== null);
+  return cuda ? {key: "cuda_peak_allocated_bytes", title: "Peak CUDA memory allocated (GiB)"}
+              : {key: "rss_peak_bytes", title: "Peak resident memory of the process (GiB)"};
+}
+
+const RANK_COLUMNS = [
+  {label: "Rank", num: true, show: (r) => String(r.rank)},
+  {key: "pod", label: "Pod", text: true}, {key: "node", label: "Node", text: true},
+  {key: "steps", label: "Steps", num: true},
+  {key: "tokens_per_s_mean", label: "Tokens/s", num: true},
+  {label: "MFU", num: true, show: (r) => percent(r.mfu_mean)},
+  {label: "Mean step", num: true, show: (r) => `${num(r.step_time_mean_s)} s`},
+  {label: "Slowest step", num: true, show: (r) => `${num(r.step_time_max_s)} s`},
+  {label: "CUDA allocated", num: true, show: (r) => bytes(r.cuda_peak_allocated_bytes)},
+  {label: "CUDA reserved", num: true, show: (r) => bytes(r.cuda_peak_reserved_bytes)},
+  {label: "Peak RSS", num: true, show: (r) => bytes(r.rss_peak_bytes)},
+];
+
+// Per-rank curves of the slowest ranks (by tokens/s), then every rank's figures.
+function rankSection(ranks) {
+  if (!ranks.table.length) return el("p", {class: "muted"}, "No training steps recorded.");
+  const memory = memoryOf(ranks.table);
+  const chart = (id, title, key, scale) => lineChart({id, title,
+    series: ranks.curves.map((c, i) => ({
+      name: `rank ${c.rank}`, color: PALETTE[i % PALETTE.length],
+      points: c.steps.map((p) => [p.step_from, p[key] === null ? null : p[key] * scale])}))});
+  const drawn = ranks.curves.length < ranks.ranks_total
+    ? el("p", {class: "muted"}, `curves of the ${ranks.curves.length} slowest of ` +
+                                `${ranks.ranks_total} ranks (by tokens/s)`) : null;
+  return [
+    el("div", {class: "charts"},
+       chart("rank-tokens", "Tokens/s per rank", "tokens_per_s_mean", 1),
+       chart("rank-mfu", "MFU per rank (%)", "mfu_mean", 100),
+       chart("rank-memory", memory.title, memory.key, 1 / 2 ** 30),
+       chart("rank-step-time", "Step time per rank (s)", "step_time_mean_s", 1)),
+    drawn,
+    table(RANK_COLUMNS, ranks.table, {id: "ranks"}),
+  ];
+}
+
 function fleetSection(fleet, health) {
   const services = Object.keys(fleet);
   if (!services.length) return el("p", {class: "muted"}, "No FleetMonitor summaries.");
@@ -548,6 +599,7 @@ async function runPage(main, run) {
   main.replaceChildren(
     runHeader(page.summary),
     card("Training", "training-card", trainingCharts(page.steps)),
+    card("Ranks: throughput, MFU, memory and step time", "ranks-card", rankSection(page.ranks)),
     card("Auxiliary services", "fleet-card", fleetSection(page.fleet, page.health)),
     stragglers.section, placement,
     card("Events", "run-events-card", eventsTable(page.events)));
