@@ -34,7 +34,7 @@ import ray
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.runtime_ft: the fault-injecting dataset and run configs
 
-from runtime.train.config import TrainConfig  # noqa: E402
+from runtime.run.config import TrainConfig  # noqa: E402
 from runtime.train.driver import TrainResult, run_training  # noqa: E402
 from tests.runtime_ft.faults import request_kill  # noqa: E402
 from tests.runtime_ft.runs import config, kills  # noqa: E402

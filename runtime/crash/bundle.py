@@ -42,7 +42,7 @@ from runtime.crash.redact import redact
 from runtime.crash.where import bundle_uri
 from runtime.errors import RuntimeFailure
 from runtime.identity import Role
-from runtime.train.config import TrainConfig
+from runtime.run.config import TrainConfig
 
 log = logging.getLogger(__name__)
 Printer = Callable[[str], None]
@@ -265,7 +265,7 @@ class _Bundle:
                 "latest_uri": store.step_uri(latest) if latest is not None else None}
 
     def _manifest(self, parts: dict[str, Any]) -> None:
-        from runtime.train.telemetry import identity
+        from runtime.telemetry.identity import identity
 
         body = {
             "version": VERSION, "run": self.crash.run_id, "run_name": self.config.run.name,
@@ -405,9 +405,9 @@ def run_events(dsn: str, run_id: str, timeout_s: float) -> list[dict[str, Any]]:
 
 def record_event(dsn: str, run_id: str, reason: str, message: str) -> None:
     """One driver event of the run, through the run's sink (its store holder when embedded)."""
+    from runtime.telemetry.identity import identity
     from runtime.telemetry.sink import sink_for
     from runtime.telemetry.writer import TelemetryWriter
-    from runtime.train.telemetry import identity
 
     writer = TelemetryWriter(sink_for(run_id, dsn), identity(run_id, Role.HEAD))
     writer.write("events", {"source": "driver", "object_kind": "Run", "object_name": run_id,

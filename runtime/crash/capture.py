@@ -28,7 +28,7 @@ from runtime.crash.files import Folder
 from runtime.crash.redact import redact
 from runtime.crash.where import bundle_uri
 from runtime.identity import Role
-from runtime.train.config import TrainConfig
+from runtime.run.config import TrainConfig
 
 log = logging.getLogger(__name__)
 TEXT_BOUND = 256 * 1024  # of an exception's message or traceback
@@ -106,7 +106,7 @@ def write_rank_report(config: TrainConfig, run_id: str, rank: int, replica_group
 def rank_report(run_id: str, rank: int, replica_group: int, error: BaseException,
                 lines: list[str]) -> dict[str, Any]:
     """What a rank says about its own failure."""
-    from runtime.train.telemetry import identity  # torch and Ray: only in a failing rank
+    from runtime.telemetry.identity import identity
 
     who = replace(identity(run_id, Role.WORKER, rank), replica_group=replica_group)
     return {

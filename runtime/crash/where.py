@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.train.config import TrainConfig
+from runtime.run.config import TrainConfig
 
 LOCAL_RUNS = Path(".gkr/runs")  # what `gkr run --local` keeps per run name (checkpoints too)
 BUNDLES = "bundles"

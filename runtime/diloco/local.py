@@ -27,8 +27,8 @@ from runtime.diloco.errors import DilocoError
 from runtime.diloco.keys import SYNCHRONISER as SYNCHRONISER_KEYS
 from runtime.diloco.keys import experiment_files, write_files
 from runtime.identity import Env
+from runtime.run.config import TrainConfig
 from runtime.telemetry.store import default_dsn
-from runtime.train.config import TrainConfig
 
 Printer = Callable[[str], None]
 START_TIMEOUT_S = 120.0

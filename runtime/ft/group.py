@@ -48,9 +48,9 @@ from runtime.ft.listen import pod_bound_managers
 from runtime.ft.shrink import Drop, ShrinkTarget, board_name, shrink_request, shrink_target
 from runtime.ft.watchdog import Watchdog
 from runtime.identity import Identity, listen_host
-from runtime.train.batches import BatchSource
-from runtime.train.config import TrainConfig
-from runtime.train.progress import Notice, progress_name
+from runtime.run.batches import BatchSource
+from runtime.run.config import TrainConfig
+from runtime.run.progress import Notice, progress_name
 
 log = logging.getLogger(__name__)
 SHRINK_WAIT_S = 60.0  # at the end, how long a shrink request in flight may still take

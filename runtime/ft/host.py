@@ -24,13 +24,13 @@ from runtime.ft.replica import ReplicaSpec, quiet_torchft
 from runtime.ft.shrink import start_board
 from runtime.identity import listen_host
 from runtime.planner import CapacityPlan
-from runtime.train.checkpointing import (
+from runtime.run.checkpointing import (
     ResumePoint,
     SaveOnly,
     aux_hooks,
     restore_services,
 )
-from runtime.train.config import TrainConfig
+from runtime.run.config import TrainConfig
 from runtime.warden.model import ShrinkRequest
 
 Context = TypeVar("Context")

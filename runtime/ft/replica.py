@@ -17,8 +17,9 @@ import ray.train.torch
 import torch
 from torch import nn
 
-from runtime.train.batches import BatchSource, build_batches
-from runtime.train.config import TrainConfig
+from runtime.parallel.layout import lay_out
+from runtime.run.batches import BatchSource, build_batches
+from runtime.run.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -71,11 +72,16 @@ class Replica(Protocol):
 
 
 class NoReplica:
-    """Fault tolerance off: one worker group, DDP over all its ranks, every step commits."""
+    """Fault tolerance off: one worker group laid out as the layout says, every step
+    commits."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.layout = config.layout
 
     def model(self, module: nn.Module) -> nn.Module:
-        """Ray Train's DDP wrapping (none for one rank)."""
-        return ray.train.torch.prepare_model(module)
+        """On this rank's device, laid out on the mesh (runtime.parallel: DDP, FSDP2, HSDP,
+        tensor parallelism)."""
+        return lay_out(module, self.layout, ray.train.torch.get_device())
 
     def optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """The optimizer itself."""
@@ -122,7 +128,7 @@ def quiet_torchft() -> None:
 def replica_for(config: TrainConfig, run_id: str, spec: ReplicaSpec | None) -> Replica:
     """This rank's replica: a torchft replica group when the driver gave it one."""
     if spec is None:
-        return NoReplica()
+        return NoReplica(config)
     quiet_torchft()
     from runtime.ft.group import ReplicaGroup  # torchft only when fault tolerance is on
 

@@ -66,27 +66,33 @@ def mesh_shape(settings: ParallelSettings, world_size: int) -> MeshShape:
         if getattr(settings, field) != 1:
             raise ConfigError(f"layout.{field}", f"{getattr(settings, field)}: not built in "
                               "GKR's driver yet; allowed: 1")
-    for field in ("dp_replicate", "tp"):
-        if getattr(settings, field) < 1:
-            raise ConfigError(f"layout.{field}", f"{getattr(settings, field)}: allowed: >= 1")
-    if settings.dp_shard == 0 or settings.dp_shard < -1:
-        raise ConfigError("layout.dp_shard", f"{settings.dp_shard}: allowed: >= 1, or -1 for "
-                          "the rest of the world")
+    if settings.tp < 1:
+        raise ConfigError("layout.tp", f"{settings.tp}: allowed: >= 1")
+    for field in ("dp_replicate", "dp_shard"):
+        value = getattr(settings, field)
+        if value == 0 or value < -1:
+            raise ConfigError(f"layout.{field}", f"{value}: allowed: >= 1, or -1 for the rest "
+                              "of the world")
+    if settings.dp_replicate == settings.dp_shard == -1:
+        raise ConfigError("layout.dp_replicate", "-1, and dp_shard is -1 too: allowed: -1 for "
+                          "one of them at most")
     return _fit(settings.dp_replicate, settings.dp_shard, settings.tp, world_size)
 
 
 def _fit(replicate: int, shard: int, tp: int, world_size: int) -> MeshShape:
-    fixed = replicate * tp
-    if shard == -1:
-        if world_size % fixed:
-            raise ConfigError("layout.dp_shard", f"-1 (the rest): the world of {world_size} "
-                              f"ranks does not divide by dp_replicate*tp = {replicate}*{tp}")
-        shard = world_size // fixed
+    known = abs(replicate * shard) * tp  # the product of the dimensions that are not -1
+    if -1 in (replicate, shard):
+        rest = "dp_replicate" if replicate == -1 else "dp_shard"
+        if world_size % known:
+            raise ConfigError(f"layout.{rest}", f"-1 (the rest): the world of {world_size} "
+                              f"ranks does not divide by the other dimensions' {known}")
+        replicate, shard = (world_size // known, shard) if replicate == -1 else \
+            (replicate, world_size // known)
     shape = MeshShape(replicate, shard, tp)
     if shape.world_size != world_size:
         raise ConfigError("layout", f"dp_replicate*dp_shard*tp = {replicate}*{shard}*{tp} = "
                           f"{shape.world_size}, but the world has {world_size} ranks; "
-                          "allowed: a product equal to the world size (dp_shard: -1 fits it)")
+                          "allowed: a product equal to the world size (-1 fits it)")
     return shape
 
 

@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runtime.diloco.config import with_deployment
 from runtime.errors import ConfigError
-from runtime.train.config import TrainConfig, build_config
+from runtime.run.config import TrainConfig, build_config
 
 SEARCH_PATH = "hydra.searchpath=[pkg://runtime.configs]"
 

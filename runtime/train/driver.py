@@ -1,6 +1,7 @@
-"""The training driver (seed §5.1-§5.4, §7): plan capacity, pick the checkpoint to resume
-from, start the FleetMonitor, run the training workers through Ray Train (rank 0 starts the
-auxiliary services) while printing their progress, report, clean up.
+"""The training driver (seed §5.1-§5.4, §7): check the run's components, plan capacity and
+the device mesh, pick the checkpoint to resume from, start the FleetMonitor, run the
+training workers through Ray Train (rank 0 starts the auxiliary services) while printing
+their progress, report, clean up.
 
 Ray Train restarts a failed worker group up to `run.max_failures` times; the group resumes
 from the newest checkpoint the run committed (§7.1). With `fault_tolerance` on, the driver
@@ -16,12 +17,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import ray
 from ray.train import FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
+from runtime.components import Component
 from runtime.crash.bundle import bundling
 from runtime.crash.launch import Launch
 from runtime.crash.where import localize_bundles
@@ -36,16 +39,17 @@ from runtime.planner import (
     WorkerRequest,
     plan_capacity,
 )
-from runtime.train.checkpointing import (
+from runtime.run.checkpointing import (
     ResumePoint,
     committed_steps,
     enabled,
     find_resume_point,
     localize,
 )
-from runtime.train.config import TrainConfig
+from runtime.run.config import TrainConfig
+from runtime.run.progress import printing, start_progress
+from runtime.train.check import check_run
 from runtime.train.loop import LoopContext, train_loop
-from runtime.train.progress import printing, start_progress
 from runtime.train.telemetry import Destination, RunTelemetry, destination
 from runtime.warden.model import ShrinkRequest
 
@@ -127,11 +131,13 @@ def run_training(config: TrainConfig, echo: Printer = print_now,
                  launch: Launch | None = None) -> TrainResult:
     """Plan, resume or start fresh, start services, train to the last step, report, clean up;
     a failed run leaves a crash bundle (runtime.crash; `launch`: how the run was started)."""
-    config = localize_bundles(localize(config))
+    config = localize_bundles(localize(_absolute_paths(config)))
+    check_run(config)  # a wrong component fails here, before Ray starts
     run_id = f"{config.run.name}-{uuid.uuid4().hex[:6]}"
     with ray_session(config):
         plan = plan_for(config, cluster_nodes())
-        echo(f"capacity plan for run {run_id}:\n{plan.explain()}")
+        layout = check_run(config, plan.world_size).lines()
+        echo(f"capacity plan for run {run_id}:\n{plan.explain()}\n" + "\n".join(layout))
         resume = find_resume_point(config)
         _echo_start(config, resume, echo)
         if resume is not None and resume.step >= config.run.steps:
@@ -149,6 +155,27 @@ def run_training(config: TrainConfig, echo: Printer = print_now,
                          times, tuple(shrinks))
     _echo_checkpoints(config, result, echo)
     return result
+
+
+def _absolute_paths(config: TrainConfig) -> TrainConfig:
+    """Local `path` arguments of the datasets and metric loggers made absolute, relative to
+    this process: Ray Train workers and loader stages run in other directories."""
+    update: dict[str, Any] = {"loggers": [_absolute(logger) for logger in config.loggers]}
+    if config.data is not None:
+        datasets = [_absolute(dataset) for dataset in config.data.datasets]
+        update["data"] = config.data.model_copy(update={"datasets": datasets})
+    return config.model_copy(update=update)
+
+
+AnyComponent = TypeVar("AnyComponent", bound=Component)
+
+
+def _absolute(section: AnyComponent) -> AnyComponent:
+    path = section.kwargs.get("path")
+    if not isinstance(path, str) or "://" in path or Path(path).is_absolute():
+        return section
+    raw = {**section.model_dump(by_alias=True), "path": str(Path(path).absolute())}
+    return type(section).model_validate(raw)
 
 
 @contextmanager

@@ -1,8 +1,10 @@
 """The loop every training rank runs under Ray Train: one worker per GPU (or CPU rank).
 
 Rank 0 first runs the auxiliary-worker coordinator (seed §5.4) and shares the services'
-handles with every rank. Each rank then draws its batches, asks the target service (over
-ZeroMQ) for the teacher's outputs, and takes a DDP step. Before the first step the run
+handles with every rank. Each rank then builds the configured task, model, optimizer and
+schedule (runtime.components), lays the model out on the device mesh (runtime.parallel:
+FSDP2, HSDP, tensor parallelism), and takes optimizer steps of `step.grad_accum`
+micro-batches, each the task's loss of one batch. Before the first step the run
 resumes from a checkpoint when there is one (after Ray Train restarted the worker group,
 the newest one the run committed); after each step the hooks run: the FleetMonitor reporter
 on rank 0, then the checkpoint manager. Rank 0 records progress, checkpoints and fleet
@@ -23,28 +25,28 @@ from typing import Any
 
 import ray
 import ray.train
-import ray.train.torch
 import torch
 import torch.distributed as dist
 
-from runtime.aux.client import AuxClient, ServiceHandle
+from runtime.aux.client import ServiceHandle
 from runtime.aux.coordinator import AuxCoordinator
-from runtime.aux.refresh import WeightPublisher
-from runtime.aux.services import EncoderService
 from runtime.checkpoint.manager import CheckpointHook
 from runtime.checkpoint.training import TrainState
 from runtime.crash.capture import rank_failures
 from runtime.data.aux_producer import remote_source
+from runtime.data.config import DataConfig
+from runtime.data.sources import build_datasets
 from runtime.diloco.learner import learner_for
 from runtime.fleet import FleetReporter, FleetSink, monitor_name, report_interval
 from runtime.ft.replica import Replica, ReplicaSpec, replica_for
 from runtime.planner import CapacityPlan
-from runtime.train.batches import BatchSource, build_batches
-from runtime.train.checkpointing import CheckpointManager, ResumePoint, aux_hooks, restart_point
-from runtime.train.config import TrainConfig
-from runtime.train.model import build_model
+from runtime.run.batches import BatchSource, build_batches, training_data
+from runtime.run.checkpointing import CheckpointManager, ResumePoint, aux_hooks, restart_point
+from runtime.run.config import TrainConfig
+from runtime.run.progress import ProgressRecorder
+from runtime.tasks.base import Task, TaskContext
+from runtime.train.loggers import MetricLogger
 from runtime.train.numa import pin_to_numa_node
-from runtime.train.progress import ProgressRecorder
 from runtime.train.telemetry import Destination, RankTelemetry, route_inspector_dumps
 
 log = logging.getLogger(__name__)
@@ -68,46 +70,6 @@ class LoopContext:
 
 
 Services = dict[str, ServiceHandle]
-
-
-class _Targets:
-    """Teacher outputs: from the configured auxiliary service, or a local teacher. When the
-    service takes weight refreshes (`refresh: true`), training owns the teacher's weights:
-    the lead rank pushes them before the first step, and every request asks for a pushed
-    version (>= 1), never the service's own initial weights."""
-
-    def __init__(self, context: LoopContext, services: Services, rank: int) -> None:
-        model = context.config.model
-        name = model.target_service
-        # Every rank reports to one FleetMonitor: in a large fleet each reports less often.
-        interval = report_interval(context.config.aux.report_interval_s, _ranks(context))
-        self.client = AuxClient(
-            services[name], rank, _client_reporter(context.run_id), interval,
-        ) if name else None
-        self.local = EncoderService(model.input_dim, model.output_dim, seed=context.config.run.seed)
-        point = services[name].refresh if name else None
-        self.min_version = 0 if point is None else 1
-        lead = rank == 0 and (context.replica is None or context.replica.index == 0)
-        self.publisher = WeightPublisher(point) if point is not None and lead else None
-        if self.publisher is not None:
-            self.publisher.publish({"w1": self.local.w1, "w2": self.local.w2})
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.client is None:
-            return self.local.handle("encode", {"x": x})["y"]
-        return self.client.call("encode", {"x": x}, min_version=self.min_version)["y"]
-
-    def close(self) -> None:
-        """Close the client's sockets, reporting the transfer times it still holds."""
-        if self.client is not None:
-            self.client.close()
-        if self.publisher is not None:
-            self.publisher.close()
-
-
-def _client_reporter(run_id: str) -> Callable[[Any], None]:
-    monitor = ray.get_actor(monitor_name(run_id))
-    return lambda sample: monitor.record_client.remote(sample)
 
 
 def train_loop(loop_config: dict[str, Any]) -> None:
@@ -162,41 +124,168 @@ def _train(
     replica: Replica,
 ) -> None:
     config = context.config
-    torch.manual_seed(config.run.seed)
-    model = replica.model(build_model(config.model))
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.model.lr)
-    stepper = replica.optimizer(optimizer)  # torchft's wrapper: quorum, then commit vote
     who = _global_rank(context, rank)
-    targets = _Targets(context, services, who)
+    task: Task = config.task.build("task")
+    task.start(TaskContext(context.run_id, who, _ranks(context), _leads(context, rank),
+                           report_interval(config.aux.report_interval_s, _ranks(context)),
+                           services, bytes_per_token(training_data(config))))
+    torch.manual_seed(config.run.seed)  # every rank builds the same initial weights
+    model = replica.model(config.model.build("model"))
+    optimizer = config.optim.build("optim", model.parameters())
+    schedule = config.lr_schedule.build("lr_schedule", optimizer) if config.lr_schedule \
+        else None
+    stepper = replica.optimizer(optimizer)  # torchft's wrapper: quorum, then commit vote
     batches = _batches(config, services, replica, rank, who)
-    state = TrainState(model, optimizer, batches)
+    state = TrainState(model, optimizer, batches, schedule)
     checkpoint = CheckpointManager(config.checkpoint, state,
                                    [*aux_hooks(coordinator), *context.hooks], context.run_id,
                                    replica.replica_group)
     telemetry = _telemetry(context, who, model)
     diloco = learner_for(config.diloco, model, rank)  # a no-op unless a DiLoCo learner
-    with closing(batches), closing(targets), checkpoint, _closing(telemetry), closing(diloco):
+    loggers = _loggers(config, rank)
+    step_fn = Stepper(config, model, stepper, task, batches, telemetry)
+    with closing(batches), closing(task), checkpoint, _closing(telemetry), closing(diloco), \
+            closing(loggers):
         point = restart_point(config, context.run_id, context.resume)
         done = replica.resume(state, checkpoint.resume(point))
         diloco.join()  # the shared weights replace the resumed ones
-        recorder = _recorder(context, rank, done)
+        recorder = _recorder(context, rank, task)
         _note_restart(context, recorder, point)
         hooks = [diloco.after_step, *_step_hooks(context, services, checkpoint, recorder,
                                                  telemetry)]
-        samples = _samples_per_rank(config)
+        meter = Meter(context, recorder if replica.leads() else None, task, loggers)
         for attempt in replica.steps(done, config.run.steps):
-            loss = _step(model, stepper, targets, batches, telemetry)
+            taken = step_fn()
             step = replica.committed(attempt)
             if step is None:
                 continue  # discarded: a replica group failed during it (torchft)
+            if schedule is not None:
+                schedule.step()
             if telemetry is not None:
-                telemetry.step(step, loss, samples)
-            _log_progress(context, recorder if replica.leads() else None, step, loss)
+                telemetry.step(step, taken.loss, taken.samples, taken.targets)
+            meter.step(step, taken)
             for hook in hooks:
                 hook(step)
         _final_report(context, services, recorder, telemetry)
     if recorder is not None:
         recorder.flush()
+
+
+@dataclass(frozen=True)
+class Taken:
+    """One optimizer step of this rank: its mean loss, and the samples and targets (tokens
+    or samples, the task's unit) of its micro-batches."""
+
+    loss: torch.Tensor
+    samples: int
+    targets: int
+
+
+class Stepper:
+    """One optimizer step: `step.grad_accum` micro-batches, their gradients summed (synced
+    once, on the last: FSDP2's set_requires_gradient_sync), clipped, then applied. Each batch
+    is drawn after zero_grad, where torchft forms the step's quorum, which places this rank
+    in the sample stream."""
+
+    def __init__(self, config: TrainConfig, model: torch.nn.Module,
+                 optimizer: torch.optim.Optimizer, task: Task, batches: BatchSource,
+                 telemetry: RankTelemetry | None) -> None:
+        self.model, self.optimizer, self.task, self.batches = model, optimizer, task, batches
+        self.telemetry = telemetry
+        self.accum, self.clip = config.step.grad_accum, config.step.clip_grad_norm
+
+    def __call__(self) -> Taken:
+        self.optimizer.zero_grad()
+        total, samples, targets = torch.zeros(()), 0, 0
+        for micro in range(self.accum):
+            _sync_gradients(self.model, micro == self.accum - 1)
+            batch = next(self.batches)
+            out = self.task.loss(self.model, batch)
+            if self.telemetry is not None and micro == self.accum - 1:
+                self.telemetry.before_backward()
+            (out.loss / self.accum).backward()
+            total += out.loss.detach().float().cpu()
+            samples, targets = samples + _batch_size(batch), targets + out.targets
+        if self.clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.optimizer.step()
+        return Taken(total / self.accum, samples, targets)
+
+
+def _sync_gradients(model: torch.nn.Module, sync: bool) -> None:
+    """Reduce gradients on this micro-batch's backward only when `sync` (FSDP2)."""
+    setter = getattr(model, "set_requires_gradient_sync", None)
+    if setter is not None:
+        setter(sync)
+
+
+def _batch_size(batch: Any) -> int:
+    if isinstance(batch, dict):
+        batch = next(iter(batch.values()))
+    return len(batch)
+
+
+class Meter:
+    """Logged steps: the loss and targets of every rank since the last logged step, averaged
+    over ranks in one collective, recorded by the rank that speaks for the run and handed to
+    the metric loggers."""
+
+    def __init__(self, context: LoopContext, recorder: ProgressRecorder | None, task: Task,
+                 loggers: Loggers) -> None:
+        self.run, self.recorder, self.task, self.loggers = context.config.run, recorder, task, \
+            loggers
+        self.targets = 0
+
+    def step(self, step: int, taken: Taken) -> None:
+        self.targets += taken.targets
+        if step % self.run.log_every and step != self.run.steps:
+            return
+        figures = torch.tensor([float(taken.loss), float(self.targets)], dtype=torch.float64)
+        dist.all_reduce(figures)  # every rank joins the collective
+        self.targets = 0
+        mean = figures[0].item() / dist.get_world_size()
+        metrics = self.task.metrics(mean)
+        if self.recorder is not None:
+            log.debug("step %d/%d loss %.5f", step, self.run.steps, mean)  # the driver prints
+            self.recorder.step(step, mean, int(figures[1].item()), metrics)
+            self.loggers.log(step, {"loss": mean, **metrics})
+
+
+class Loggers:
+    """Rank 0's metric loggers (none on other ranks)."""
+
+    def __init__(self, loggers: list[MetricLogger]) -> None:
+        self.loggers = loggers
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for logger in self.loggers:
+            logger.log(step, metrics)
+
+    def close(self) -> None:
+        for logger in self.loggers:
+            logger.close()
+
+
+def _loggers(config: TrainConfig, rank: int) -> Loggers:
+    if rank != 0:
+        return Loggers([])
+    return Loggers([section.build(f"loggers[{i}]") for i, section in enumerate(config.loggers)])
+
+
+def bytes_per_token(data: DataConfig) -> float | None:
+    """The mixture's mean bytes per token, when every dataset says its own (token shards
+    do); building them here also prepares shards made on first use, before any producer."""
+    datasets = build_datasets(data)
+    each = [getattr(dataset, "bytes_per_token", None) for dataset in datasets]
+    if any(value is None for value in each):
+        return None
+    weights = [source.weight for source in data.datasets]
+    return sum(w * v for w, v in zip(weights, each, strict=True)) / sum(weights)
+
+
+def _leads(context: LoopContext, rank: int) -> bool:
+    """Rank 0 of the lowest replica group: it pushes weight refreshes."""
+    return rank == 0 and (context.replica is None or context.replica.index == 0)
 
 
 def _batches(
@@ -245,42 +334,11 @@ def _closing(telemetry: RankTelemetry | None) -> AbstractContextManager[Any]:
     return closing(telemetry) if telemetry is not None else nullcontext()
 
 
-def _step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, targets: _Targets,
-    batches: BatchSource, telemetry: RankTelemetry | None,
-) -> torch.Tensor:
-    """One DDP optimizer step; the loss, detached. The batch is drawn after zero_grad, where
-    torchft forms the step's quorum, which places this rank in the sample stream."""
-    optimizer.zero_grad()
-    x = next(batches)
-    loss = torch.nn.functional.mse_loss(model(x), targets(x))
-    if telemetry is not None:
-        telemetry.before_backward()
-    loss.backward()
-    optimizer.step()
-    return loss.detach()
-
-
-def _mean_across_ranks(value: torch.Tensor) -> float:
-    total = value.clone()
-    dist.all_reduce(total)
-    return total.item() / dist.get_world_size()
-
-
-def _samples_per_rank(config: TrainConfig) -> int:
-    return config.data.batch_size if config.data is not None else config.model.batch_size
-
-
-def _samples_per_step(config: TrainConfig) -> int:
-    return _samples_per_rank(config) * dist.get_world_size()
-
-
-def _recorder(context: LoopContext, rank: int, done: int) -> ProgressRecorder | None:
-    """Rank 0's progress recorder, started after `done` steps (the resumed ones)."""
+def _recorder(context: LoopContext, rank: int, task: Task) -> ProgressRecorder | None:
+    """Rank 0's progress recorder."""
     if rank != 0:
         return None
-    config = context.config
-    return ProgressRecorder(context.run_id, config.run.steps, _samples_per_step(config), done)
+    return ProgressRecorder(context.run_id, context.config.run.steps, task.unit, task.loss_unit)
 
 
 def _note_restart(
@@ -291,18 +349,6 @@ def _note_restart(
     if recorder is not None and point is not None and point != context.resume:
         recorder.notice(f"worker group restarted after a failure: resuming from {point.uri} "
                         f"(step {point.step}), the newest checkpoint this run committed")
-
-
-def _log_progress(
-    context: LoopContext, recorder: ProgressRecorder | None, step: int, loss: torch.Tensor
-) -> None:
-    run = context.config.run
-    if step % run.log_every and step != run.steps:
-        return
-    mean = _mean_across_ranks(loss)  # every rank joins the collective
-    if recorder is not None:
-        log.debug("step %d/%d loss %.5f", step, run.steps, mean)  # the driver prints it
-        recorder.step(step, mean)
 
 
 def _checkpoint_hook(

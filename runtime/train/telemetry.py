@@ -29,8 +29,8 @@ from runtime.telemetry.flight_recorder import dump_rank
 from runtime.telemetry.identity import identity
 from runtime.telemetry.inspector import announce_process
 from runtime.telemetry.sink import sink_for, start_store, stop_store
-from runtime.telemetry.store import Store, default_dsn, describe
-from runtime.telemetry.throughput import memory_peaks, mfu, peak_flops
+from runtime.telemetry.store import Store, default_dsn, describe, sql_file
+from runtime.telemetry.throughput import memory_peaks, mfu, peak_flops, summary_line
 from runtime.telemetry.writer import TelemetryWriter
 
 log = logging.getLogger(__name__)
@@ -151,11 +151,14 @@ class RunTelemetry:
         self.writer.close()
         try:
             counts = self._counts()
+            throughput = summary_line(*self._query(sql_file("run_throughput.sql"),
+                                                   {"run": self.run_id})[0])
         finally:
             stop_store(self.actor)
         where = describe(self.where.dsn)
         written = ", ".join(f"{counts.get(table, 0)} {label}" for table, label in SUMMARY)
-        return (f"telemetry: {written} in {where}; "
+        rate = f" ({throughput})" if throughput else ""
+        return (f"telemetry: {written}{rate} in {where}; "
                 f"see `gkr stragglers {self.run_id}` and `gkr ui`")
 
     def _counts(self) -> dict[str, int]:

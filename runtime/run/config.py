@@ -13,6 +13,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from runtime.aux.config import AuxConfig
 from runtime.checkpoint.config import CheckpointConfig
+from runtime.components import Component
 from runtime.config_errors import config_error
 from runtime.crash.config import CrashConfig
 from runtime.data.config import PRODUCER_SERVICE_IMPL, DataConfig
@@ -29,7 +30,7 @@ class RunSection(_Section):
     """Identity and length of the run, and where Ray runs."""
 
     name: str = Field("train", pattern=r"^[a-z0-9][a-z0-9-]{0,39}$", description="Run name.")
-    seed: int = Field(0, ge=0, description="Seed of the model and the synthetic data.")
+    seed: int = Field(0, ge=0, description="Seed of the model's initial weights.")
     steps: int = Field(100, ge=1, description="Optimizer steps to run.")
     log_every: int = Field(10, ge=1, description="Steps between progress lines.")
     ray_address: str | None = Field(None, description="Ray cluster to join; None: start one.")
@@ -40,26 +41,59 @@ class RunSection(_Section):
                               "-1: no limit.")
 
 
-class ModelSection(_Section):
-    """The student network and its optimizer."""
+def _component(target: str, **kwargs: Any) -> Any:
+    """A default component section (a factory, so that defaults are never shared)."""
+    return lambda: Component.model_validate({"_target_": target, **kwargs})
 
-    input_dim: int = Field(32, ge=1, description="Features per sample.")
-    hidden_dim: int = Field(64, ge=1, description="Width of the hidden layers.")
-    output_dim: int = Field(8, ge=1, description="Outputs per sample.")
-    depth: int = Field(2, ge=1, le=64, description="Hidden layers.")
-    lr: float = Field(3e-3, gt=0, description="Adam learning rate.")
-    batch_size: int = Field(64, ge=1, description="Synthetic samples per rank per step.")
-    target_service: str | None = Field(
-        None, description="Aux service whose `encode` gives the targets; None: a local teacher."
-    )
+
+# The built-in toy: an MLP distilling a frozen teacher (the local one or an aux service).
+DEFAULT_TASK = "runtime.tasks.distill.Distillation"
+DEFAULT_MODEL = "runtime.models.mlp.MLP"
+
+
+class StepSection(_Section):
+    """How one optimizer step is taken."""
+
+    grad_accum: int = Field(1, ge=1, le=4096,
+                            description="Micro-batches whose gradients one step sums.")
+    clip_grad_norm: float | None = Field(
+        None, gt=0, description="Clip the global gradient norm to this; None: no clipping.")
+
+
+class EvalSection(_Section):
+    """Held-out loss, measured every `every_steps` on `batches` batches of `data`."""
+
+    every_steps: int = Field(0, ge=0, description="Steps between evaluations; 0: never.")
+    batches: int = Field(4, ge=1, description="Batches per rank in one evaluation.")
+    data: DataConfig | None = Field(None, description="The held-out data; required when on.")
+
+    @model_validator(mode="after")
+    def _data_when_on(self) -> EvalSection:
+        if self.every_steps and self.data is None:
+            raise ValueError("eval.every_steps is set, so eval.data is required")
+        return self
 
 
 class LayoutSection(_Section):
-    """Parallelism layout and what one training worker occupies."""
+    """The device mesh (replicate x shard x tensor), how FSDP2 runs, what one rank occupies.
 
+    The world is dp_replicate x dp_shard x tp ranks (torchtitan's names). With
+    fault_tolerance the replica groups are the replicate dimension: dp_replicate stays 1
+    and each group is dp_shard x tp ranks."""
+
+    dp_replicate: int = Field(1, ge=-1, description="Replicas of the model (HSDP's outer dim; "
+                                                    "-1: the rest of the world).")
+    dp_shard: int = Field(-1, ge=-1, description="FSDP2 shards per replica; -1: the rest.")
     tp: int = Field(1, ge=1, description="Tensor-parallel degree.")
-    pp: int = Field(1, ge=1, description="Pipeline-parallel degree.")
-    cp: int = Field(1, ge=1, description="Context-parallel degree.")
+    pp: int = Field(1, ge=1, le=1, description="Pipeline-parallel degree (not built: 1).")
+    cp: int = Field(1, ge=1, le=1, description="Context-parallel degree (not built: 1).")
+    param_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="FSDP2's compute dtype of the parameters (mixed precision).")
+    reduce_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="FSDP2's dtype of the gradient reduce-scatter.")
+    activation_checkpointing: Literal["none", "full"] = Field(
+        "none", description="Recompute each block's activations in the backward pass.")
+    compile: bool = Field(False, description="torch.compile each block.")
     max_world_size: int | None = Field(None, ge=1, description="Cap on training workers.")
     gpus_per_worker: Literal[0, 1] = Field(1, description="1: one whole GPU per rank; 0: CPU.")
     cpus_per_worker: float = Field(1.0, gt=0, description="CPUs per training worker.")
@@ -71,7 +105,7 @@ class LayoutSection(_Section):
     @property
     def multiple(self) -> int:
         """The world size must be a multiple of this."""
-        return self.tp * self.pp * self.cp
+        return max(self.dp_replicate, 1) * max(self.dp_shard, 1) * self.tp * self.pp * self.cp
 
 
 class LoggingSection(_Section):
@@ -93,8 +127,21 @@ class TrainConfig(_Section):
     """A whole training run."""
 
     run: RunSection = Field(default_factory=RunSection, description="Run identity and length.")
-    model: ModelSection = Field(default_factory=ModelSection, description="The network.")
+    task: Component = Field(default_factory=_component(DEFAULT_TASK),
+                            description="What is learnt: the loss, metrics, and the model's "
+                                        "contract (runtime.tasks).")
+    model: Component = Field(default_factory=_component(DEFAULT_MODEL),
+                             description="The network (runtime.models or your own).")
+    tokenizer: Component | None = Field(None, description="The text tokenizer, if any.")
     data: DataConfig | None = Field(None, description="Loader pipeline; None: synthetic.")
+    optim: Component = Field(default_factory=_component("torch.optim.AdamW", lr=3e-3),
+                             description="The optimizer, called with the parameters first.")
+    lr_schedule: Component | None = Field(
+        None, description="Called with the optimizer first; returns an LRScheduler.")
+    step: StepSection = Field(default_factory=StepSection, description="One optimizer step.")
+    eval: EvalSection = Field(default_factory=EvalSection, description="Held-out loss.")
+    loggers: list[Component] = Field(
+        default_factory=list, description="Metric loggers of rank 0 (runtime.train.loggers).")
     layout: LayoutSection = Field(default_factory=LayoutSection, description="Parallelism.")
     aux: AuxConfig = Field(default_factory=AuxConfig, description="Auxiliary services.")
     checkpoint: CheckpointConfig | None = Field(None, description="Checkpointing; None: off.")
@@ -109,10 +156,11 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _target_service_exists(self) -> TrainConfig:
-        target = self.model.target_service
+        target = self.task.kwargs.get("target_service")
         if target is not None and target not in self.aux.services:
             known = ", ".join(sorted(self.aux.services)) or "none configured"
-            raise ValueError(f"model.target_service {target!r} is not in aux.services ({known})")
+            raise _field_error(("task", "target_service"),
+                               f"{target!r} is not in aux.services; allowed: {known}", target)
         return self
 
     @model_validator(mode="after")
@@ -148,11 +196,15 @@ class TrainConfig(_Section):
                              "share out the loader's global sample stream")
         if self.diloco.enabled:
             raise ValueError("fault_tolerance.enabled and diloco.enabled exclude each other")
+        if self.layout.dp_replicate != 1:
+            raise _field_error(("layout", "dp_replicate"), "must be 1 with fault_tolerance: "
+                               "the replica groups are the replicate dimension (set "
+                               "fault_tolerance.replica_groups)", self.layout.dp_replicate)
         smallest = ft.replica_groups * self.layout.multiple
         cap = self.layout.max_world_size
         if cap is not None and cap < smallest:
             raise ValueError(f"layout.max_world_size ({cap}) is below fault_tolerance."
-                             f"replica_groups x tp x pp x cp ({smallest})")
+                             f"replica_groups x the layout's fixed dimensions ({smallest})")
         return self
 
 

@@ -27,7 +27,7 @@ from runtime.checkpoint.config import CheckpointConfig
 from runtime.checkpoint.manager import Checkpointer, CheckpointHook
 from runtime.checkpoint.storage import CheckpointError, CheckpointStore
 from runtime.checkpoint.training import TrainState
-from runtime.train.config import TrainConfig
+from runtime.run.config import TrainConfig
 
 log = logging.getLogger(__name__)
 

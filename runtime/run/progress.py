@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -25,18 +25,24 @@ Printer = Callable[[str], None]
 
 @dataclass(frozen=True)
 class StepEvent:
-    """A logged optimizer step: the loss averaged over ranks, and the pace since the last."""
+    """A logged optimizer step: the loss averaged over ranks, what it means in the task's
+    units (bits per byte, ...), and the pace since the last logged step over all ranks."""
 
     step: int
     steps: int
     loss: float
     at: float
-    samples_per_s: float
+    rate: float  # `unit`s per second
+    unit: str = "samples"
+    loss_unit: str = ""
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
     def line(self) -> str:
-        """One progress line."""
-        return (f"step {self.step}/{self.steps}  loss {self.loss:.5f}  "
-                f"{self.samples_per_s:,.0f} samples/s")
+        """One progress line, e.g. `step 20/60  loss 2.91847 nats/token  4.2107 bits/byte
+        2,031 tokens/s`."""
+        loss = f"loss {self.loss:.5f}" + (f" {self.loss_unit}" if self.loss_unit else "")
+        shown = "".join(f"  {value:.4f} {name}" for name, value in self.metrics.items())
+        return f"step {self.step}/{self.steps}  {loss}{shown}  {self.rate:,.0f} {self.unit}/s"
 
 
 @dataclass(frozen=True)
@@ -124,20 +130,22 @@ class ProgressRecorder:
     Also a `FleetSink`, so that the FleetReporter's summaries reach the driver's output.
     """
 
-    def __init__(self, run_id: str, steps: int, samples_per_step: int, done: int) -> None:
-        """`done`: the steps already taken (by the checkpoint resumed from)."""
+    def __init__(self, run_id: str, steps: int, unit: str, loss_unit: str = "") -> None:
+        """`unit`: what the task's throughput counts (tokens, samples); `loss_unit`: what
+        its loss measures."""
         self.actor = ray.get_actor(progress_name(run_id))
-        self.steps, self.samples_per_step = steps, samples_per_step
-        self.previous = (done, time.time())
+        self.steps, self.unit, self.loss_unit = steps, unit, loss_unit
+        self.since = time.time()
         self.pending: Any = None
 
-    def step(self, step: int, loss: float) -> None:
-        """A logged step; the pace is measured since the previous logged step (or the start)."""
+    def step(self, step: int, loss: float, done: int, metrics: Mapping[str, float]) -> None:
+        """A logged step; `done`: the units all ranks trained since the previous logged step
+        (or the start), over the time since then."""
         now = time.time()
-        last_step, last_at = self.previous
-        rate = (step - last_step) * self.samples_per_step / max(now - last_at, 1e-9)
-        self.previous = (step, now)
-        self._record(StepEvent(step, self.steps, loss, now, rate))
+        rate = done / max(now - self.since, 1e-9)
+        self.since = now
+        self._record(StepEvent(step, self.steps, loss, now, rate, self.unit, self.loss_unit,
+                               dict(metrics)))
 
     def checkpoint(self, step: int, background: bool) -> None:
         """A checkpoint was started after `step`."""

@@ -1,0 +1,2 @@
+"""What a training run is, below every component: its typed config, batch streams, resume
+points and progress (runtime.train drives it; runtime.ft, .crash and .diloco take part)."""

@@ -1,0 +1,73 @@
+"""Where a rank's batches come from, and how far it has read (which goes into checkpoints).
+
+Each rank runs its own deterministic loader pipeline (runtime.data, seed §5.5) over the
+`data` section and hands the task every collated batch as it is (a tensor, or a dict of
+tensors). A DiLoCo learner's ranks read their learner's shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import torch.distributed as dist
+
+from runtime.data.config import DataConfig
+from runtime.data.loader import DataPipeline, SourceFactory
+from runtime.diloco.config import learner_shard
+from runtime.errors import ConfigError
+from runtime.run.config import TrainConfig
+
+
+class BatchSource(Iterator[Any], Protocol):
+    """An endless stream of batches whose position is a small state dict."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class PipelineBatches:
+    """Every batch of this rank's DataPipeline."""
+
+    def __init__(self, pipeline: DataPipeline) -> None:
+        self.pipeline = pipeline
+
+    def __iter__(self) -> PipelineBatches:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self.pipeline)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.pipeline.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pipeline.load_state_dict(state)
+
+    def close(self) -> None:
+        self.pipeline.close()
+
+
+def training_data(config: TrainConfig) -> DataConfig:
+    """The `data` section, which training needs."""
+    if config.data is None:
+        raise ConfigError("data", "required to train: the datasets every rank reads (see "
+                                  "examples/train/*.yaml)")
+    return config.data
+
+
+def build_batches(
+    config: TrainConfig, rank: int, source: SourceFactory | None = None,
+    data: DataConfig | None = None,
+) -> BatchSource:
+    """This rank's batch stream of `data` (default: the training data), positioned at the
+    start (a checkpoint may move it); a DiLoCo learner's ranks read their learner's shard
+    (`runtime.diloco.config.learner_shard`). `source`: where the producers get samples
+    (DataPipeline's `source`)."""
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    rank, world = learner_shard(config.diloco, rank, world)
+    return PipelineBatches(DataPipeline(data or training_data(config), rank=rank,
+                                        world_size=world, source=source))

@@ -1,0 +1,70 @@
+"""What the driver checks before any rank starts, so that a wrong component is an error
+naming its field, not a failure of every rank: each `_target_` imports and accepts its
+section's keys, the model (built on the meta device: no memory, a 70B model in
+milliseconds) meets the task's contract, and the layout fits the world."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from runtime.data.config import check_data
+from runtime.errors import ConfigError
+from runtime.parallel.mesh import MeshShape, mesh_shape
+from runtime.run.batches import training_data
+from runtime.run.config import TrainConfig
+from runtime.tasks.base import Task
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    """What the checks learnt, for the driver's plan."""
+
+    model: str  # the model's class and size
+    mesh: MeshShape | None  # None before the world is known
+
+    def lines(self) -> list[str]:
+        return [self.model, *([self.mesh.explain()] if self.mesh else [])]
+
+
+def check_run(config: TrainConfig, world_size: int | None = None) -> RunCheck:
+    """Check every component, and the layout on `world_size` ranks when given."""
+    task: Task = config.task.build("task")
+    with torch.device("meta"):
+        model: nn.Module = config.model.build("model")
+    task.check(model)
+    config.optim.check("optim", "params")
+    if config.lr_schedule is not None:
+        config.lr_schedule.check("lr_schedule", "optimizer")
+    for i, logger in enumerate(config.loggers):
+        logger.check(f"loggers[{i}]")
+    if config.tokenizer is not None:
+        config.tokenizer.check("tokenizer")
+    check_data(training_data(config))
+    if config.eval.data is not None:
+        check_data(config.eval.data)
+    if config.layout.tp > 1 and not hasattr(model, "apply_tensor_parallel"):
+        raise ConfigError("layout.tp", f"{config.layout.tp}: {config.model.target} has no "
+                          "tensor-parallel plan (apply_tensor_parallel); allowed: 1")
+    mesh = None if world_size is None else _mesh(config, world_size)
+    return RunCheck(_describe(config, model), mesh)
+
+
+def _mesh(config: TrainConfig, world_size: int) -> MeshShape:
+    """The mesh of one worker group: with torchft, of each replica group."""
+    ft = config.fault_tolerance
+    if not ft.enabled:
+        return mesh_shape(config.layout, world_size)
+    shape = mesh_shape(config.layout, world_size // ft.replica_groups)
+    if shape.dp_shard > 1 or shape.tp > 1:
+        raise ConfigError("layout.dp_shard", f"{shape.explain()} inside each torchft replica "
+                          "group: not built yet; allowed: dp_shard: 1 and tp: 1 (each group "
+                          "data-parallel, the groups the replicate dimension)")
+    return shape
+
+
+def _describe(config: TrainConfig, model: nn.Module) -> str:
+    params = sum(p.numel() for p in model.parameters())
+    return f"model {config.model.target}: {params / 1e6:,.1f}M parameters"
