@@ -102,8 +102,10 @@ def test_transform_keywords_are_checked_after_the_sample() -> None:
 
 def test_a_function_is_bound_and_a_class_built_once() -> None:
     sample = {"input": torch.ones(2)}
-    bound = build_callable(_data({"name": "f", "_target_": FEATURES}, transform={
-        "_target_": f"{__name__}.shift", "by": 1.5}).transform, "data.transform")
+    section = _data({"name": "f", "_target_": FEATURES}, transform={
+        "_target_": f"{__name__}.shift", "by": 1.5}).transform
+    assert section is not None
+    bound = build_callable(section, "data.transform")
     assert bound(sample)["input"].tolist() == [2.5, 2.5]
     config = _data({"name": "f", "_target_": FEATURES, "length": 4},
                    transform={"_target_": f"{__name__}.Scale", "factor": 3.0})
