@@ -61,3 +61,18 @@ def memory_peaks() -> dict[str, int | None]:
         peaks["cuda_peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
         torch.cuda.reset_peak_memory_stats()  # the next row gets its own step's peak
     return peaks
+
+
+def summary_line(tokens_per_s: float | None, mfu_mean: float | None, cuda_peak: int | None,
+                 rss_peak: int | None) -> str:
+    """A run's throughput in words (`run_throughput.sql`'s row); '' for a run of no steps."""
+    if tokens_per_s is None:
+        return ""
+    parts = [f"{tokens_per_s:,.0f} tokens/s per rank"]
+    if mfu_mean is not None:
+        parts.append(f"MFU {mfu_mean:.1%}")
+    if cuda_peak is not None:
+        parts.append(f"peak CUDA memory {cuda_peak / 2**30:.1f} GiB")
+    elif rss_peak is not None:
+        parts.append(f"peak RSS {rss_peak / 2**30:.1f} GiB")
+    return ", ".join(parts)

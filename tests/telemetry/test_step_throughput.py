@@ -28,8 +28,8 @@ from runtime.run.config import TrainConfig
 from runtime.telemetry.columns import schema_columns
 from runtime.telemetry.config import TelemetryConfig
 from runtime.telemetry.store import Store
-from runtime.telemetry.throughput import TERA, mfu, peak_flops
-from runtime.train.telemetry import Destination, RankTelemetry
+from runtime.telemetry.throughput import TERA, mfu, peak_flops, summary_line
+from runtime.train.telemetry import Destination, RankTelemetry, RunTelemetry
 from tests.doubles.clickhouse_http import ClickHouseHttpServer
 from tests.generator.conftest import VALID_SPEC, ScratchRepo
 
@@ -96,6 +96,27 @@ def test_the_config_override_is_the_peak_where_nothing_rendered_one(dsn, monkeyp
         row = rows[(0, step)]
         assert math.isclose(row["mfu"], row["tokens_per_s"] * FLOPS_PER_TOKEN / 0.5e12)
         assert rows[(1, step)]["mfu"] is None
+
+
+def test_the_drivers_closing_line_says_the_runs_throughput(dsn, monkeypatch) -> None:
+    monkeypatch.setenv(Env.PEAK_TFLOPS, "989")
+    driver = RunTelemetry(Destination(dsn), RUN)
+    _steps(dsn, rank=0, flops_per_token=FLOPS_PER_TOKEN)
+    line = driver.close()
+    row = list(_rows(dsn).values())
+    tokens = sum(r["tokens_per_s"] for r in row) / len(row)
+    rss = max(r["rss_peak_bytes"] for r in row)
+    assert line.startswith("telemetry: 3 step rows, ")
+    assert f"({tokens:,.0f} tokens/s per rank, MFU {tokens * FLOPS_PER_TOKEN / 989e12:.1%}, " \
+           f"peak RSS {rss / 2**30:.1f} GiB) in " in line
+
+
+def test_the_throughput_line_names_the_memory_it_measured() -> None:
+    assert summary_line(None, None, None, None) == ""
+    assert summary_line(12_345.6, None, None, 3 * 2**30) == \
+        "12,346 tokens/s per rank, peak RSS 3.0 GiB"
+    assert summary_line(9_000, 0.382, 70 * 2**30, 3 * 2**30) == \
+        "9,000 tokens/s per rank, MFU 38.2%, peak CUDA memory 70.0 GiB"
 
 
 def test_mfu_is_model_flops_per_second_over_the_peak() -> None:
