@@ -19,17 +19,27 @@ DP_DIMS = DIMS[:2]
 
 
 class ParallelSettings(Protocol):
-    """What `runtime.parallel` reads of the config's `layout` section."""
+    """What `runtime.parallel` reads of the config's `layout` section (read-only: the
+    section is a frozen pydantic model)."""
 
-    dp_replicate: int
-    dp_shard: int  # -1: the rest of the world
-    tp: int
-    cp: int
-    pp: int
-    param_dtype: str
-    reduce_dtype: str
-    activation_checkpointing: str  # "none" | "full"
-    compile: bool
+    @property
+    def dp_replicate(self) -> int: ...  # -1: the rest of the world
+    @property
+    def dp_shard(self) -> int: ...  # -1: the rest of the world
+    @property
+    def tp(self) -> int: ...
+    @property
+    def cp(self) -> int: ...
+    @property
+    def pp(self) -> int: ...
+    @property
+    def param_dtype(self) -> str: ...
+    @property
+    def reduce_dtype(self) -> str: ...
+    @property
+    def activation_checkpointing(self) -> str: ...  # "none" | "full"
+    @property
+    def compile(self) -> bool: ...
 
 
 @dataclass(frozen=True)

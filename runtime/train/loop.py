@@ -25,6 +25,8 @@ from typing import Any
 
 import ray
 import ray.train
+import ray.train.torch
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -193,13 +195,14 @@ class Stepper:
         self.model, self.optimizer, self.task, self.batches = model, optimizer, task, batches
         self.telemetry = telemetry
         self.accum, self.clip = config.step.grad_accum, config.step.clip_grad_norm
+        self.device = ray.train.torch.get_device()
 
     def __call__(self) -> Taken:
         self.optimizer.zero_grad()
         total, samples, targets = torch.zeros(()), 0, 0
         for micro in range(self.accum):
             _sync_gradients(self.model, micro == self.accum - 1)
-            batch = next(self.batches)
+            batch = _on(self.device, next(self.batches))
             out = self.task.loss(self.model, batch)
             if self.telemetry is not None and micro == self.accum - 1:
                 self.telemetry.before_backward()
@@ -210,6 +213,13 @@ class Stepper:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.optimizer.step()
         return Taken(total / self.accum, samples, targets)
+
+
+def _on(device: torch.device, batch: Any) -> Any:
+    """The batch's tensors on the model's device (a copy only where it is elsewhere)."""
+    if isinstance(batch, dict):
+        return {key: _on(device, value) for key, value in batch.items()}
+    return batch.to(device, non_blocking=True) if isinstance(batch, torch.Tensor) else batch
 
 
 def _sync_gradients(model: torch.nn.Module, sync: bool) -> None:
@@ -277,10 +287,11 @@ def bytes_per_token(data: DataConfig) -> float | None:
     do); building them here also prepares shards made on first use, before any producer."""
     datasets = build_datasets(data)
     each = [getattr(dataset, "bytes_per_token", None) for dataset in datasets]
-    if any(value is None for value in each):
+    known = [float(value) for value in each if isinstance(value, (int, float))]
+    if len(known) != len(each):
         return None
     weights = [source.weight for source in data.datasets]
-    return sum(w * v for w, v in zip(weights, each, strict=True)) / sum(weights)
+    return float(np.average(known, weights=weights))
 
 
 def _leads(context: LoopContext, rank: int) -> bool:
