@@ -4,17 +4,23 @@ checkpointing, torch.compile, then FSDP2 (HSDP over a 2-D data mesh).
 Each block of the model's `layers` is one unit of checkpointing, compilation and sharding;
 a model without `layers` is one unit as a whole. TP needs the model's own
 `apply_tensor_parallel(tp_mesh)`, which knows its layer names.
+
+Forward passes without gradients (evaluation) go through `evaluation(model)`: FSDP2 keeps
+the root's parameters gathered after a forward until its backward, and after a no-grad
+forward the next training step would otherwise read those stale gathered copies (seen in
+torch 2.13: the step after a plain `torch.no_grad()` forward diverged from one process).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from runtime.errors import ConfigError
 from runtime.parallel.mesh import DP_DIMS, ParallelSettings
@@ -54,6 +60,18 @@ def mixed_precision(settings: ParallelSettings) -> MixedPrecisionPolicy:
     return MixedPrecisionPolicy(param_dtype=_dtype("layout.param_dtype", settings.param_dtype),
                                 reduce_dtype=_dtype("layout.reduce_dtype",
                                                     settings.reduce_dtype))
+
+
+@contextmanager
+def evaluation(model: nn.Module) -> Iterator[None]:
+    """No gradients inside; on leaving, a sharded model frees its gathered parameters so the
+    next training step gathers the current ones."""
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        if isinstance(model, FSDPModule):
+            model.reshard()
 
 
 def flops_per_token(model: nn.Module, seq_len: int) -> float | None:

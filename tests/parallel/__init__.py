@@ -1,0 +1,1 @@
+"""Tests of parallelism from the layout (runtime.parallel), on gloo CPU ranks."""
