@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -22,6 +22,14 @@ class DatasetSource(Component):
     weight: float = Field(
         default=1.0, gt=0, description="Share of each epoch drawn from this dataset (relative)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_the_old_form(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "factory" in data:
+            raise ValueError("`factory: module:Class` and `kwargs:` are now `_target_: "
+                             "module.Class` with the keyword arguments as keys of the entry")
+        return data
 
 
 class DataConfig(BaseModel):

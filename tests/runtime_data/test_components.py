@@ -115,3 +115,8 @@ def test_a_function_is_bound_and_a_class_built_once() -> None:
     raw = LocalSource(_data({"name": "f", "_target_": FEATURES, "length": 4})).fetch(
         [0], [1], [0])
     assert torch.equal(out[1]["input"], raw[0]["input"] * 3.0)
+
+
+def test_the_old_factory_form_says_what_replaced_it() -> None:
+    with pytest.raises(ValueError, match=r"now `_target_: module\.Class`"):
+        _data({"name": "f", "factory": "runtime.data.synthetic:SyntheticFeatures"})
