@@ -3,7 +3,7 @@ error). The teacher is an auxiliary service (`target_service`, seed §5.4) or, w
 local copy of the same encoder.
 
 Contract: the model maps features FloatTensor[batch, input_dim] to FloatTensor[batch,
-output_dim]; a batch is the features.
+output_dim]; a batch is the features, or a dict holding them under `input`.
 
 When the service takes weight refreshes (`refresh: true`), training owns the teacher's
 weights: the lead rank pushes them before the first step, and every request asks for a
@@ -61,8 +61,9 @@ class Distillation:
                 self.publisher = WeightPublisher(handle.refresh)
                 self.publisher.publish({"w1": self.local.w1, "w2": self.local.w2})
 
-    def loss(self, model: nn.Module, batch: torch.Tensor) -> StepLoss:
-        return StepLoss(F.mse_loss(model(batch), self._targets(batch)), len(batch))
+    def loss(self, model: nn.Module, batch: torch.Tensor | dict[str, torch.Tensor]) -> StepLoss:
+        x = batch["input"] if isinstance(batch, dict) else batch  # SyntheticFeatures' key
+        return StepLoss(F.mse_loss(model(x), self._targets(x)), len(x))
 
     def _targets(self, x: torch.Tensor) -> Any:
         if self.client is None:
