@@ -14,7 +14,7 @@ auxiliary workers busy.
 A chunk of samples crosses the wire as one byte buffer, laid out like a pipeline slot
 (runtime.data.shm), and its description as JSON (never pickle: it comes off the network).
 
-In a training config (examples/train/aux-loader.yaml; runtime.train.config checks that the
+In a training config (examples/train/aux-loader.yaml; runtime.run.config checks that the
 service is a producer service serving the data section's datasets and transform):
 
     aux:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from runtime.data.components import Component, check_callable, check_component
+from runtime.components import Component, check_callable, check_component
 
 # The auxiliary service that runs the producer stage (runtime.data.aux_producer).
 PRODUCER_SERVICE_IMPL = "runtime.data.aux_producer:ProducerService"

@@ -11,7 +11,7 @@ from typing import Any, Protocol, TypeAlias
 import numpy as np
 import torch
 
-from runtime.data.components import build_callable, instantiate
+from runtime.components import build_callable, instantiate
 from runtime.data.config import DataConfig
 
 # Per-sample dataset numbers, indices and seeds: slices of the schedule's integer arrays.

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from runtime.data.components import build_callable
+from runtime.components import build_callable
 from runtime.data.config import DataConfig
 from runtime.data.schedule import GlobalSchedule, RankBatch, SamplerState
 from runtime.data.shm import SlotRing, pack, unpack

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from runtime.data.components import Component, instantiate
+from runtime.components import Component, instantiate
 from runtime.errors import ConfigError
 
 EOS_TOKEN = "<|endoftext|>"

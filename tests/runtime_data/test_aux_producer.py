@@ -16,8 +16,8 @@ import torch
 from runtime.aux.client import Endpoint, ServiceHandle
 from runtime.aux.proxy import ProxyCore
 from runtime.aux.worker import WorkerCore
+from runtime.components import locate
 from runtime.data.aux_producer import ProducerService, remote_source
-from runtime.data.components import locate
 from runtime.data.config import PRODUCER_SERVICE_IMPL, DataConfig
 from runtime.data.loader import DataPipeline
 

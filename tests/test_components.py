@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from runtime.data.components import build_callable
+from runtime.components import build_callable
 from runtime.data.config import DataConfig, check_data
 from runtime.data.sources import LocalSource
 from runtime.errors import ConfigError
