@@ -23,10 +23,10 @@ from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import ray
 import ray.train
 import ray.train.torch
-import numpy as np
 import torch
 import torch.distributed as dist
 
