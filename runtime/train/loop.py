@@ -41,6 +41,7 @@ from runtime.data.sources import build_datasets
 from runtime.diloco.learner import learner_for
 from runtime.fleet import FleetReporter, FleetSink, monitor_name, report_interval
 from runtime.ft.replica import Replica, ReplicaSpec, replica_for
+from runtime.parallel.apply import flops_per_token
 from runtime.planner import CapacityPlan
 from runtime.run.batches import BatchSource, build_batches, training_data
 from runtime.run.checkpointing import CheckpointManager, ResumePoint, aux_hooks, restart_point
@@ -164,6 +165,7 @@ def _train(
             if schedule is not None:
                 schedule.step()
             if telemetry is not None:
+                _measure_flops(telemetry, model, config, task, taken)
                 telemetry.step(step, taken.loss, taken.samples, taken.targets)
             meter.step(step, taken)
             for hook in hooks:
@@ -213,6 +215,18 @@ class Stepper:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.optimizer.step()
         return Taken(total / self.accum, samples, targets)
+
+
+def _measure_flops(telemetry: RankTelemetry, model: torch.nn.Module, config: TrainConfig,
+                   task: Task, taken: Taken) -> None:
+    """Once, from the first step's tokens per sample (the sequence length): the FLOPs one
+    token costs this rank's device, for MFU (a tensor-parallel group shares its tokens)."""
+    if telemetry.flops_per_token is not None or task.unit != "tokens" or not taken.samples:
+        return
+    seq_len = max(round(taken.targets / taken.samples), 1)
+    flops = flops_per_token(getattr(model, "module", model), seq_len)  # DDP holds `module`
+    if flops is not None:
+        telemetry.flops_per_token = flops / config.layout.tp
 
 
 def _on(device: torch.device, batch: Any) -> Any:
