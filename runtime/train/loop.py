@@ -18,7 +18,7 @@ and the lowest group in the quorum speaks for the run; `Replica` hides the diffe
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -48,12 +48,14 @@ from runtime.run.checkpointing import CheckpointManager, ResumePoint, aux_hooks,
 from runtime.run.config import TrainConfig
 from runtime.run.progress import ProgressRecorder
 from runtime.tasks.base import Task, TaskContext
+from runtime.train.evaluate import Evaluator, on_device
 from runtime.train.loggers import MetricLogger
 from runtime.train.numa import pin_to_numa_node
 from runtime.train.telemetry import Destination, RankTelemetry, route_inspector_dumps
 
 log = logging.getLogger(__name__)
 StepHook = Callable[[int], None]
+Speaker = Callable[[], ProgressRecorder | None]
 
 
 @dataclass(frozen=True)
@@ -147,16 +149,22 @@ def _train(
     diloco = learner_for(config.diloco, model, rank)  # a no-op unless a DiLoCo learner
     loggers = _loggers(config, rank)
     step_fn = Stepper(config, model, stepper, task, batches, telemetry)
+    recorder = _recorder(context, rank, task)
+
+    def speaker() -> ProgressRecorder | None:
+        """The recorder while this rank speaks for the run (torchft: it may change)."""
+        return recorder if replica.leads() else None
+
+    evaluator = Evaluator(config, model, task, rank, step_fn.device, speaker, loggers.log)
     with closing(batches), closing(task), checkpoint, _closing(telemetry), closing(diloco), \
-            closing(loggers):
+            closing(loggers), closing(evaluator):
         point = restart_point(config, context.run_id, context.resume)
         done = replica.resume(state, checkpoint.resume(point))
         diloco.join()  # the shared weights replace the resumed ones
-        recorder = _recorder(context, rank, task)
         _note_restart(context, recorder, point)
-        hooks = [diloco.after_step, *_step_hooks(context, services, checkpoint, recorder,
-                                                 telemetry)]
-        meter = Meter(context, recorder if replica.leads() else None, task, loggers)
+        hooks = [diloco.after_step, evaluator.after_step,
+                 *_step_hooks(context, services, checkpoint, recorder, telemetry)]
+        meter = Meter(context, speaker, task, loggers)
         for attempt in replica.steps(done, config.run.steps):
             taken = step_fn()
             step = replica.committed(attempt)
@@ -204,7 +212,7 @@ class Stepper:
         total, samples, targets = torch.zeros(()), 0, 0
         for micro in range(self.accum):
             _sync_gradients(self.model, micro == self.accum - 1)
-            batch = _on(self.device, next(self.batches))
+            batch = on_device(self.device, next(self.batches))
             out = self.task.loss(self.model, batch)
             if self.telemetry is not None and micro == self.accum - 1:
                 self.telemetry.before_backward()
@@ -229,13 +237,6 @@ def _measure_flops(telemetry: RankTelemetry, model: torch.nn.Module, config: Tra
         telemetry.flops_per_token = flops / config.layout.tp
 
 
-def _on(device: torch.device, batch: Any) -> Any:
-    """The batch's tensors on the model's device (a copy only where it is elsewhere)."""
-    if isinstance(batch, dict):
-        return {key: _on(device, value) for key, value in batch.items()}
-    return batch.to(device, non_blocking=True) if isinstance(batch, torch.Tensor) else batch
-
-
 def _sync_gradients(model: torch.nn.Module, sync: bool) -> None:
     """Reduce gradients on this micro-batch's backward only when `sync` (FSDP2)."""
     setter = getattr(model, "set_requires_gradient_sync", None)
@@ -254,9 +255,9 @@ class Meter:
     over ranks in one collective, recorded by the rank that speaks for the run and handed to
     the metric loggers."""
 
-    def __init__(self, context: LoopContext, recorder: ProgressRecorder | None, task: Task,
+    def __init__(self, context: LoopContext, speaker: Speaker, task: Task,
                  loggers: Loggers) -> None:
-        self.run, self.recorder, self.task, self.loggers = context.config.run, recorder, task, \
+        self.run, self.speaker, self.task, self.loggers = context.config.run, speaker, task, \
             loggers
         self.targets = 0
 
@@ -269,9 +270,10 @@ class Meter:
         self.targets = 0
         mean = figures[0].item() / dist.get_world_size()
         metrics = self.task.metrics(mean)
-        if self.recorder is not None:
+        recorder = self.speaker()
+        if recorder is not None:
             log.debug("step %d/%d loss %.5f", step, self.run.steps, mean)  # the driver prints
-            self.recorder.step(step, mean, int(figures[1].item()), metrics)
+            recorder.step(step, mean, int(figures[1].item()), metrics)
             self.loggers.log(step, {"loss": mean, **metrics})
 
 
@@ -281,7 +283,7 @@ class Loggers:
     def __init__(self, loggers: list[MetricLogger]) -> None:
         self.loggers = loggers
 
-    def log(self, step: int, metrics: dict[str, float]) -> None:
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
         for logger in self.loggers:
             logger.log(step, metrics)
 
