@@ -15,7 +15,7 @@ import pytest
 
 from runtime.crash.capture import rank_failures
 from runtime.errors import RuntimeFailure
-from runtime.train.config import TrainConfig, build_config
+from runtime.run.config import TrainConfig, build_config
 
 # gcsfs reads this once, at import (see tests/cli/conftest.py): the GCS emulator has no
 # zonal buckets, and asking costs a 60 s timeout per bucket.
@@ -35,6 +35,7 @@ TRAIN_YAML = """\
 defaults:
   - gkr_defaults
   - layout: cpu
+  - model: mlp
   - aux@aux.services.teacher: encoder
   - _self_
 
@@ -43,10 +44,14 @@ run:
   steps: 6
   log_every: 1
   local_cpus: 4
-model:
+task:
+  _target_: runtime.tasks.distill.Distillation
   target_service: teacher
+  input_dim: ${model.input_dim}
+  output_dim: ${model.output_dim}
 layout:
   max_world_size: 2
+  dp_shard: 1  # DDP
 aux:
   services:
     teacher:

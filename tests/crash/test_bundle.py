@@ -16,7 +16,7 @@ from runtime.crash.files import Folder
 from runtime.crash.index import find_bundle, open_bundle
 from runtime.crash.launch import Launch
 from runtime.errors import RuntimeFailure
-from runtime.train.config import TrainConfig, build_config
+from runtime.run.config import TrainConfig, build_config
 from tests.cli.test_gcs import BUCKET
 from tests.crash.conftest import (
     RUN,

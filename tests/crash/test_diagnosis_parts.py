@@ -26,7 +26,7 @@ from runtime.crash.prompt import write_prompt
 from runtime.crash.report import parse_report
 from runtime.errors import ConfigError, RuntimeFailure
 from runtime.identity import Env
-from runtime.train.config import build_config
+from runtime.run.config import build_config
 from tests.cli.conftest import gkr as gkr_here
 from tests.cli.test_gcs import BUCKET
 from tests.crash.conftest import ROOT, driver_error, rank_zero_raises, scratch_repo

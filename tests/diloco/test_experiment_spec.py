@@ -17,7 +17,7 @@ from generator.errors import InvalidInput
 from generator.render import render_tree
 from runtime.diloco.config import KEY_DIR, DilocoConfig, SynchroniserConfig, with_deployment
 from runtime.identity import Env, Label
-from runtime.train.config import build_config
+from runtime.run.config import build_config
 from tests.cli.conftest import gkr
 
 REPO = Path(__file__).resolve().parents[2]

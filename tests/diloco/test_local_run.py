@@ -20,13 +20,13 @@ GKR = [sys.executable, "-c", "from generator.cli import main; main()"]
 def test_a_local_diloco_experiment_trains_both_learners_through_the_synchroniser(
         tmp_path: Path) -> None:
     done = subprocess.run(
-        [*GKR, "run", "--local", "--diloco", "2", "examples/train/tiny.yaml", "run.name=dl-test",
-         "run.steps=40", "layout.max_world_size=1", "diloco.inner_steps=10",
+        [*GKR, "run", "--local", "--diloco", "2", "examples/train/distill.yaml",
+         "run.name=dl-test", "run.steps=40", "layout.max_world_size=1", "diloco.inner_steps=10",
          f"checkpoint.uri={tmp_path}/checkpoints", f"telemetry.dsn=chdb://{tmp_path}/telemetry"],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
-    assert "running examples/train/tiny.yaml locally as a DiLoCo experiment" in out
+    assert "running examples/train/distill.yaml locally as a DiLoCo experiment" in out
     for round_ in range(1, 5):
         assert f"round {round_}: merged 2 learners (learner-0, learner-1)" in out
     for learner in ("learner-0", "learner-1"):

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runtime.train.config import TrainConfig, build_config
+from runtime.run.config import TrainConfig, build_config
 
 DATASET = "tests.runtime_ft.faults.PacedFeatures"
 
@@ -19,8 +19,13 @@ def config(folder: Path, *, pace_s: float = 0.0, kill_at: tuple[int, ...] = (),
     folder.mkdir(parents=True, exist_ok=True)
     raw: dict[str, dict[str, Any]] = {
         "run": {"name": "ft", "steps": 20, "log_every": 1, "local_cpus": 8},
-        "model": {"input_dim": 8, "hidden_dim": 32, "output_dim": 4, "lr": 0.01},
-        "layout": {"gpus_per_worker": 0, "backend": "gloo", "numa_affinity": False},
+        "task": {"_target_": "runtime.tasks.distill.Distillation", "input_dim": 8,
+                 "output_dim": 4},
+        "model": {"_target_": "runtime.models.mlp.MLP", "input_dim": 8, "hidden_dim": 32,
+                  "output_dim": 4},
+        "optim": {"_target_": "torch.optim.Adam", "lr": 0.01},
+        "layout": {"gpus_per_worker": 0, "backend": "gloo", "numa_affinity": False,
+                   "dp_shard": 1},
         "data": {"datasets": [{"name": "features", "_target_": DATASET,
                      "folder": str(folder), "pace_s": pace_s, "kill_at": list(kill_at),
                      "length": 200_000, "dim": 8}],

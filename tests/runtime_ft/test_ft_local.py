@@ -1,5 +1,5 @@
-"""`gkr run --local` with torchft switched on: the demo job as replica groups of local
-processes, the Lighthouse in the driver, the teacher service shared by the groups."""
+"""`gkr run --local` with torchft switched on: the distillation example as replica groups of
+local processes, the Lighthouse in the driver, the teacher service shared by the groups."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ GKR = [sys.executable, "-c", "from generator.cli import main; main()"]
 @pytest.mark.slow
 def test_run_local_trains_the_demo_as_torchft_replica_groups(tmp_path: Path) -> None:
     done = subprocess.run(
-        [*GKR, "run", "--local", "examples/train/tiny.yaml", "run.steps=20",
+        [*GKR, "run", "--local", "examples/train/distill.yaml", "run.steps=20",
          "fault_tolerance.enabled=true", f"checkpoint.uri={tmp_path}", "telemetry.enabled=false"],
         cwd=ROOT, capture_output=True, text=True, timeout=540)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from runtime.ft.host import RunStopped
-from runtime.train.config import TrainConfig
+from runtime.run.config import TrainConfig
 from runtime.train.driver import TrainResult, run_training
 from tests.runtime_ft.runs import config, ledger
 

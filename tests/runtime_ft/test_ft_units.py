@@ -14,7 +14,7 @@ from runtime.ft.config import FaultToleranceConfig
 from runtime.ft.group import dropped_groups
 from runtime.ft.shrink import Board, Drop, shrink_request
 from runtime.identity import Identity
-from runtime.train.config import build_config
+from runtime.run.config import build_config
 from runtime.warden.model import ShrinkRequest
 
 BATCH = 3

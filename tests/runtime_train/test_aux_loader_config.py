@@ -22,8 +22,8 @@ from runtime.data.config import DataConfig
 from runtime.data.loader import DataPipeline
 from runtime.data.synthetic import jitter
 from runtime.errors import ConfigError
+from runtime.run.config import build_config
 from runtime.train.compose import compose_raw, load_config
-from runtime.train.config import build_config
 from runtime.train.driver import run_training
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,8 +112,8 @@ def _overrides(uri: Path, steps: int, producers: int) -> list[str]:
     return [f"run.steps={steps}", "run.log_every=1", "logging.fleet_every_steps=0",
             "telemetry.enabled=false", f"checkpoint.uri={uri}", "checkpoint.interval_steps=2",
             f"data.batch_size={BATCH}", f"data.chunk_size={BATCH // 2}",
-            f"data.producers={producers}", f"data.transform={HERE}:marked_jitter",
-            f"++data.collate={HERE}:logged_collate"]
+            f"data.producers={producers}", f"data.transform={{_target_: {HERE}.marked_jitter}}",
+            f"++data.collate={{_target_: {HERE}.logged_collate}}"]
 
 
 def _drain(log: Path) -> list[dict[str, Any]]:

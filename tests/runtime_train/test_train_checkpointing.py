@@ -1,5 +1,5 @@
 """The train loop's checkpoint manager and the driver's checkpoint decisions, in one process
-with the real Checkpointer (DCP) and real batch sources."""
+with the real Checkpointer (DCP) and the real loader pipeline as the batch source."""
 
 from __future__ import annotations
 
@@ -11,26 +11,31 @@ from ray.train import WorkerGroupError
 
 from runtime.checkpoint.storage import CheckpointError, CheckpointStore
 from runtime.checkpoint.training import TrainState
-from runtime.train.batches import SyntheticBatches
-from runtime.train.checkpointing import CheckpointManager, find_resume_point, localize
-from runtime.train.config import TrainConfig, build_config
+from runtime.run.batches import build_batches
+from runtime.run.checkpointing import CheckpointManager, find_resume_point, localize
+from runtime.run.config import TrainConfig, build_config
 from runtime.train.driver import describe_failure
 
 
 def _config(uri: str, **checkpoint: object) -> TrainConfig:
     section = {"uri": uri, "interval_steps": 2, **checkpoint}
-    return build_config({"model": {"batch_size": 4, "input_dim": 3}, "checkpoint": section})
+    return build_config({"data": DATA, "checkpoint": section})
+
+
+DATA = {"datasets": [{"name": "features", "_target_": "runtime.data.synthetic.SyntheticFeatures",
+                      "length": 64, "dim": 3}],
+        "batch_size": 4, "producers": 1, "start_method": "fork"}
 
 
 def _state(config: TrainConfig) -> TrainState:
     model = torch.nn.Linear(3, 1)
-    return TrainState(model, torch.optim.Adam(model.parameters()), SyntheticBatches(config, 0))
+    return TrainState(model, torch.optim.Adam(model.parameters()), build_batches(config, 0))
 
 
 def _train(state: TrainState, steps: range, manager: CheckpointManager) -> list[float]:
     losses = []
     for step in steps:
-        loss = state.model(next(state.loader)).pow(2).mean()
+        loss = state.model(next(state.loader)["input"]).pow(2).mean()
         state.optimizer.zero_grad()
         loss.backward()
         state.optimizer.step()

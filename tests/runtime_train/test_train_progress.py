@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from runtime.fleet import FleetState, WorkerSample
-from runtime.train.progress import (
+from runtime.run.progress import (
     CheckpointEvent,
     FleetEvent,
     ProgressRecorder,
@@ -21,9 +21,12 @@ from runtime.train.progress import (
 
 
 def test_events_read_as_one_line_each() -> None:
-    assert StepEvent(10, 60, 0.29307, at=1.0, samples_per_s=3713.2).line() == (
+    assert StepEvent(10, 60, 0.29307, at=1.0, rate=3713.2).line() == (
         "step 10/60  loss 0.29307  3,713 samples/s"
     )
+    lm = StepEvent(20, 60, 2.91847, at=2.0, rate=2031.4, unit="tokens", loss_unit="nats/token",
+                   metrics={"bits/byte": 4.21071})
+    assert lm.line() == "step 20/60  loss 2.91847 nats/token  4.2107 bits/byte  2,031 tokens/s"
     assert CheckpointEvent(20, background=True).line() == (
         "step 20: checkpoint staged, committing in the background"
     )
@@ -45,14 +48,17 @@ def test_the_driver_prints_what_rank_0_records_in_order(local_ray: None) -> None
     actor = start_progress("progresstest")
     lines: list[str] = []
     with printing(actor, lines.append, every_s=0.05):
-        recorder = ProgressRecorder("progresstest", steps=4, samples_per_step=128, done=2)
-        recorder.step(3, 0.5)
+        recorder = ProgressRecorder("progresstest", steps=4, unit="tokens",
+                                    loss_unit="nats/token")
+        recorder.step(3, 0.5, done=256, metrics={"bits/byte": 0.72})
         deadline = time.monotonic() + 120  # an upper bound: an actor starts slowly under load
         while not lines and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert lines and lines[0].startswith("step 3/4  loss 0.50000")  # while the body runs
+        # while the body runs
+        assert lines and lines[0].startswith("step 3/4  loss 0.50000 nats/token  0.7200 bits/byte")
+        assert lines[0].endswith(" tokens/s")
         recorder.checkpoint(3, background=False)
-        recorder.step(4, 0.25)
+        recorder.step(4, 0.25, done=256, metrics={})
         recorder.flush()
     assert [line.split("  ")[0] for line in lines] == [
         "step 3/4", "step 3: checkpoint committed", "step 4/4"

@@ -15,7 +15,7 @@ from runtime.train.compose import load_config
 from runtime.train.driver import TrainResult, run_training
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "examples/train/tiny.yaml"
+DISTILL = ROOT / "examples/train/distill.yaml"
 TEACHER = "tests.runtime_train.stateful_teacher:CountingEncoder"
 BATCH, WORLD = 8, 2
 
@@ -32,7 +32,7 @@ def local_ray() -> Iterator[None]:
 
 
 def _run(uri: Path, steps: int) -> TrainResult:
-    config = load_config(TINY, [
+    config = load_config(DISTILL, [
         f"run.steps={steps}", "run.log_every=1", "logging.fleet_every_steps=0",
         f"checkpoint.uri={uri}", "checkpoint.interval_steps=3", "checkpoint.keep_last=2",
         f"data.batch_size={BATCH}", f"aux.services.teacher.impl={TEACHER}",
