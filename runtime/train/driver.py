@@ -12,6 +12,8 @@ replica group, so that a failed group is replaced while the others train on (§7
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -96,8 +98,19 @@ def _start_ray(config: TrainConfig) -> None:
     # `fit` raises, and Ray's system errors (a worker died) are printed either way.
     ray.init(
         include_dashboard=False, logging_level=logging.WARNING, log_to_driver=forward,
+        runtime_env=None if address else {"env_vars": {"PYTHONPATH": importable_path()}},
         **kwargs,
     )
+
+
+def importable_path() -> str:
+    """The working directory importable here and in a local Ray's workers, as `python -m`
+    makes it: a researcher's `model._target_: mylab.models.MyLM` beside their config. (A
+    cluster job gets its working directory from `ray job submit --working-dir`.)"""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    return os.pathsep.join(p for p in (cwd, os.environ.get("PYTHONPATH", "")) if p)
 
 
 def cluster_nodes() -> tuple[NodeCapacity, ...]:
@@ -132,6 +145,7 @@ def run_training(config: TrainConfig, echo: Printer = print_now,
     """Plan, resume or start fresh, start services, train to the last step, report, clean up;
     a failed run leaves a crash bundle (runtime.crash; `launch`: how the run was started)."""
     config = localize_bundles(localize(_absolute_paths(config)))
+    importable_path()
     check_run(config)  # a wrong component fails here, before Ray starts
     run_id = f"{config.run.name}-{uuid.uuid4().hex[:6]}"
     with ray_session(config):
