@@ -56,12 +56,6 @@ def _mesh(config: TrainConfig, world_size: int) -> MeshShape:
     """The mesh of one worker group: with torchft, of each replica group."""
     ft = config.fault_tolerance
     shape = mesh_shape(config.layout, world_size // (ft.replica_groups if ft.enabled else 1))
-    layout = config.layout
-    mixed = [f for f in ("param_dtype", "reduce_dtype") if getattr(layout, f) != "float32"]
-    if mixed and shape.dp_shard == 1 and shape.tp == 1:
-        raise ConfigError(f"layout.{mixed[0]}", f"{getattr(layout, mixed[0])}: mixed precision "
-                          f"comes from FSDP2, and {shape.explain()} shards nothing; allowed: "
-                          "float32, or a layout with dp_shard > 1")
     if not ft.enabled:
         return shape
     if shape.dp_shard > 1 or shape.tp > 1:
