@@ -46,6 +46,7 @@ from generator.platform.checks import check_terraform_structure, check_terraform
 from generator.policies import check_job_policies
 from generator.render import render_tree
 from generator.specs import load_spec
+from generator.trainconfig import check_training
 from generator.tree import Tree
 from generator.yamlio import load_all_rendered
 
@@ -135,10 +136,14 @@ class Report:
     manifests: int
     built: int = 0
     skipped: tuple[str, ...] = ()
+    configs: int = 0  # training configs composed (generator.trainconfig)
+    configs_unchecked: int = 0  # training runs whose config is not in the repository
 
     def summary(self) -> str:
         text = (f"valid: {self.specs} specs, {self.manifests} manifests, "
-                f"{self.built} kustomizations built")
+                f"{self.built} kustomizations built, {self.configs} training configs")
+        if self.configs_unchecked:
+            text += f" ({self.configs_unchecked} not checked: not in the repository)"
         if self.skipped:
             text += (f"; not checked here: {', '.join(self.skipped)} "
                      "(run `gkr validate` without paths for those)")
@@ -298,6 +303,7 @@ def validate_repository(root: Path, kustomize: bool = True,
     CheckFailed (a fault in the tree on disk) or StaleTree."""
     catalog = catalog or Catalog(root)
     fresh = render_tree(root, catalog)
+    training = _training_configs(root, fresh)
     disk, problems = disk_tree(root, fresh)
     problems += [problem for check in TREE_CHECKS for problem in check(disk, catalog)]
     folders = _overlay_folders(disk.kustomizations())
@@ -314,7 +320,17 @@ def validate_repository(root: Path, kustomize: bool = True,
         raise StaleTree(_stale_note(stale))
     manifests = sum(len(documents) for documents in disk.manifests.values())
     skipped = () if kustomize else ("kubectl kustomize (--no-kustomize)",)
-    return Report(len(fresh.jobs), manifests, len(folders) if kustomize else 0, skipped)
+    return Report(len(fresh.jobs), manifests, len(folders) if kustomize else 0, skipped,
+                  *training)
+
+
+def _training_configs(root: Path, tree: Tree) -> tuple[int, int]:
+    """Compose the training config of every job that runs `python -m runtime.train`; raise
+    InvalidInput (a spec's cmd or a config file) or return (composed, not checked)."""
+    report = check_training(root, tree.jobs)
+    if report.problems:
+        raise InvalidInput(report.problems)
+    return report.checked, report.unchecked
 
 
 def validate_specs(root: Path, paths: list[Path], catalog: Catalog | None = None) -> Report:
@@ -333,8 +349,9 @@ def validate_specs(root: Path, paths: list[Path], catalog: Catalog | None = None
         tree.jobs.extend(jobs)
     if problems:
         raise InvalidInput(problems)
+    training = _training_configs(root, tree)
     problems = [problem for check in MANIFEST_CHECKS for problem in check(tree, catalog)]
     if problems:
         raise _fail(problems)
     manifests = sum(len(documents) for documents in tree.manifests.values())
-    return Report(len(tree.jobs), manifests, 0, SKIPPED_FOR_SPECS)
+    return Report(len(tree.jobs), manifests, 0, SKIPPED_FOR_SPECS, *training)
