@@ -62,6 +62,10 @@ def _mesh(config: TrainConfig, world_size: int) -> MeshShape:
         raise ConfigError("layout.dp_shard", f"{shape.explain()} inside each torchft replica "
                           "group: not built yet; allowed: dp_shard: 1 and tp: 1 (each group "
                           "data-parallel, the groups the replicate dimension)")
+    layout = config.layout
+    if layout.param_dtype != "float32" or layout.reduce_dtype != "float32":
+        raise ConfigError("layout.param_dtype", "bfloat16 inside torchft replica groups: not "
+                          "built yet (their DDP has no mixed precision); allowed: float32")
     return shape
 
 
