@@ -56,6 +56,10 @@ def _mesh(config: TrainConfig, world_size: int) -> MeshShape:
     """The mesh of one worker group: with torchft, of each replica group."""
     ft = config.fault_tolerance
     shape = mesh_shape(config.layout, world_size // (ft.replica_groups if ft.enabled else 1))
+    if config.diloco.enabled and (shape.dp_shard > 1 or shape.tp > 1):
+        raise ConfigError("layout.dp_shard", f"{shape.explain()} in a DiLoCo learner: not "
+                          "built yet (the outer step exchanges whole parameters); allowed: "
+                          "dp_shard: 1 and tp: 1")
     if not ft.enabled:
         return shape
     if shape.dp_shard > 1 or shape.tp > 1:
