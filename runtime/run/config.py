@@ -196,10 +196,11 @@ class TrainConfig(_Section):
                              "share out the loader's global sample stream")
         if self.diloco.enabled:
             raise ValueError("fault_tolerance.enabled and diloco.enabled exclude each other")
-        if self.layout.dp_replicate != 1:
-            raise _field_error(("layout", "dp_replicate"), "must be 1 with fault_tolerance: "
-                               "the replica groups are the replicate dimension (set "
-                               "fault_tolerance.replica_groups)", self.layout.dp_replicate)
+        if self.layout.dp_replicate > 1:
+            raise _field_error(("layout", "dp_replicate"), "allowed with fault_tolerance: 1 or "
+                               "-1 (a group's ranks): the replica groups are the replicate "
+                               "dimension (set fault_tolerance.replica_groups)",
+                               self.layout.dp_replicate)
         smallest = ft.replica_groups * self.layout.multiple
         cap = self.layout.max_world_size
         if cap is not None and cap < smallest:
