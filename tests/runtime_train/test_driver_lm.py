@@ -6,6 +6,7 @@ before any rank starts."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import subprocess
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import pytest
 import ray
@@ -23,6 +25,7 @@ import torch.distributed.checkpoint as dcp
 from runtime.data.tokens import TokenWindows
 from runtime.errors import ConfigError
 from runtime.models.transformer import Transformer
+from runtime.run.batches import BatchSource
 from runtime.run.config import TrainConfig
 from runtime.tasks.lm import LanguageModelling
 from runtime.train.check import check_run
@@ -71,7 +74,7 @@ def local_ray() -> Iterator[None]:
     """One local Ray for the module's runs (4 CPUs: the 4-rank run); workers import the
     checkout."""
     env = {"env_vars": {"PYTHONPATH": str(ROOT)}}
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING",
+    ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.WARNING,
              log_to_driver=False, runtime_env=env)
     yield
     ray.shutdown()
@@ -249,7 +252,8 @@ def _stepper(monkeypatch: pytest.MonkeyPatch, model: torch.nn.Module, batches: l
     overrides = [f"step.{key}={value}" for key, value in step.items()]
     config: TrainConfig = load_config(TINY, overrides)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    return Stepper(config, model, optimizer, LanguageModelling(257), iter(batches), None)
+    stream = cast("BatchSource", iter(batches))  # Stepper only draws from it
+    return Stepper(config, model, optimizer, LanguageModelling(257), stream, None)
 
 
 def _moved(monkeypatch: pytest.MonkeyPatch, batches: list[torch.Tensor],
