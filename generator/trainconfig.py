@@ -18,16 +18,16 @@ starts (runtime.train.check): that imports torch and every target, which this do
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
 
 import runtime.configs
 from generator.errors import InvalidInput, Problem
@@ -36,8 +36,6 @@ from generator.resolve import ResolvedJob
 from generator.yamlio import FieldPath, LineMap, line_of, load_document, read_input, refusal
 from runtime.diloco.config import with_deployment
 from runtime.errors import ConfigError, FieldProblem
-from runtime.run.config import build_config
-from runtime.train.compose import compose_raw
 
 MODULE = "runtime.train"
 USAGE = "python -m runtime.train CONFIG.yaml [key=value ...]"
@@ -45,10 +43,6 @@ USAGE = "python -m runtime.train CONFIG.yaml [key=value ...]"
 OPERATOR = re.compile(r"^[;&|()<>]+$")
 PYTHON = re.compile(r"^(.*/)?python(3(\.\d+)?)?$")
 PACKAGED = Path(runtime.configs.__file__).parent  # Hydra's pkg://runtime.configs
-# What Hydra or OmegaConf raise on a config or override they cannot compose; compose_raw
-# wraps some in ConfigError, but resolution and YAML errors come through as they are.
-COMPOSE_ERRORS = (ConfigError, HydraException, OmegaConfBaseException, yaml.YAMLError,
-                  ValueError, TypeError, KeyError)
 
 
 @dataclass
@@ -80,22 +74,55 @@ def train_argv(cmd: str) -> list[str] | None:
 
 def check_training(root: Path, jobs: Iterable[ResolvedJob]) -> TrainingReport:
     """Compose and validate every distinct run the jobs' cmds start."""
-    report, seen = TrainingReport(), set()
+    runs, unchecked = training_runs(root, jobs)
+    report = check_runs(root, runs)
+    report.unchecked += unchecked
+    return report
+
+
+def start_training_check(root: Path, jobs: Iterable[ResolvedJob]) -> Callable[[], TrainingReport]:
+    """check_training in a forked process, while the caller checks the rendered tree: Hydra
+    composes in pure Python (~0.2 s a run) and imports the config models (~0.4 s), so on a
+    second core the composition costs `gkr validate` no time. Call the result to wait."""
+    runs, unchecked = training_runs(root, jobs)
+    if not runs:
+        return lambda: TrainingReport(unchecked=unchecked)
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+    future = pool.submit(check_runs, root, runs)
+
+    def finish() -> TrainingReport:
+        try:
+            report = future.result()
+        finally:
+            pool.shutdown()
+        report.unchecked += unchecked
+        return report
+
+    return finish
+
+
+def training_runs(root: Path, jobs: Iterable[ResolvedJob]) -> tuple[list[_Run], int]:
+    """The distinct runs the jobs start, and how many cmds run the driver unrecognised."""
+    runs: dict[tuple[object, ...], _Run] = {}
+    unrecognised = 0
     for job in jobs:
         run = _run_of(root, job)
-        if run is None:
-            if job.spec.cmd and MODULE in job.spec.cmd:
-                report.unchecked += 1
-            continue
-        if run.key in seen:
-            continue
-        seen.add(run.key)
-        found = run.check(root)
+        if run is not None:
+            runs.setdefault(run.key, run)
+        elif job.spec.cmd and MODULE in job.spec.cmd:
+            unrecognised += 1
+    return list(runs.values()), unrecognised
+
+
+def check_runs(root: Path, runs: Iterable[_Run]) -> TrainingReport:
+    report, composed = TrainingReport(), _Composed()
+    for run in runs:
+        found = run.check(root, composed)
         if found is None:
             report.unchecked += 1
-            continue
-        report.checked += 1
-        report.problems += found
+        else:
+            report.checked += 1
+            report.problems += found
     return report
 
 
@@ -116,7 +143,7 @@ class _Run:
     def at_cmd(self, message: str) -> Problem:
         return Problem(self.spec, self.cmd_line, "cmd", message)
 
-    def check(self, root: Path) -> list[Problem] | None:
+    def check(self, root: Path, composed: _Composed) -> list[Problem] | None:
         """The run's problems; None when its config cannot be read here."""
         if not self.argv or self.argv[0].startswith("-"):
             return [self.at_cmd(f"names no config file; usage: {USAGE}")]
@@ -128,7 +155,7 @@ class _Run:
             return [self.at_cmd(f"{self.argv[0]}: {why} (CONFIG is read from the repository "
                                 "root, the job's working directory)")]
         try:
-            return _Composition(self, root, path).problems()
+            return _Composition(self, root, path, composed).problems()
         except InvalidInput as error:  # a file of the config that is not valid YAML
             return error.problems
 
@@ -163,6 +190,22 @@ def _cmd_line(root: Path, spec: str) -> int | None:
     return lines.get(("cmd",))
 
 
+class _Composed:
+    """Compositions of one check, by file and overrides: the learners of a DiLoCo experiment
+    run one command, and differ only in what the deployment adds."""
+
+    def __init__(self) -> None:
+        self.done: dict[tuple[Path, tuple[str, ...]], dict[Any, Any]] = {}
+
+    def __call__(self, path: Path, overrides: list[str]) -> dict[Any, Any]:
+        from runtime.train.compose import compose_raw
+
+        key = (path, tuple(overrides))
+        if key not in self.done:
+            self.done[key] = compose_raw(path, overrides)
+        return self.done[key]
+
+
 @dataclass(frozen=True)
 class _Source:
     """A file that sets values of the composed config, at `prefix` (its package)."""
@@ -181,8 +224,8 @@ class _Source:
 class _Composition:
     """One run's config composed, validated, and its problems located."""
 
-    def __init__(self, run: _Run, root: Path, path: Path) -> None:
-        self.run, self.path = run, path
+    def __init__(self, run: _Run, root: Path, path: Path, composed: _Composed) -> None:
+        self.run, self.path, self.composed = run, path, composed
         self.config = run.argv[0]
         self.overrides = list(run.argv[1:])
         self.primary, data = _parse(path, root)
@@ -190,16 +233,21 @@ class _Composition:
         self.set_by_cmd = [p for text in self.overrides if (p := _override_path(text))]
 
     def problems(self) -> list[Problem]:
+        from runtime.run.config import build_config  # the config models: ~0.4 s to import
+
         try:
-            raw = with_deployment(compose_raw(self.path, self.overrides), dict(self.run.environ))
-            build_config(raw, source=self.config)
+            build_config(self.compose(self.overrides), source=self.config)
         except ConfigError as error:
             if error.field == "overrides" or not any(p.loc for p in error.problems):
                 return [self.composing(error.message)]
             return [self.locate(problem) for problem in error.problems]
-        except COMPOSE_ERRORS as error:
+        except _compose_errors() as error:
             return [self.composing(_first_line(error))]
         return []
+
+    def compose(self, overrides: list[str]) -> dict[Any, Any]:
+        """As `python -m runtime.train` composes: the file, the overrides, the deployment."""
+        return with_deployment(self.composed(self.path, overrides), dict(self.run.environ))
 
     def composing(self, message: str) -> Problem:
         """A failure to compose: the config's own when it fails without the overrides too."""
@@ -209,8 +257,8 @@ class _Composition:
 
     def _composes_alone(self) -> bool:
         try:
-            with_deployment(compose_raw(self.path), dict(self.run.environ))
-        except COMPOSE_ERRORS:
+            self.compose([])
+        except _compose_errors():
             return False
         return True
 
@@ -233,6 +281,16 @@ class _Composition:
                         return Problem(source.display, line, problem.field, problem.message)
         text = f"{problem.field}: {problem.message}" if problem.field else problem.message
         return self.run.at_cmd(f"{self.config}: {text}")
+
+
+def _compose_errors() -> tuple[type[Exception], ...]:
+    """What Hydra or OmegaConf raise on a config or an override they cannot compose:
+    compose_raw wraps some in ConfigError; resolution and YAML errors come as they are."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return (ConfigError, HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError,
+            TypeError, KeyError)
 
 
 def _overlap(loc: FieldPath, path: FieldPath) -> bool:

@@ -46,7 +46,7 @@ from generator.platform.checks import check_terraform_structure, check_terraform
 from generator.policies import check_job_policies
 from generator.render import render_tree
 from generator.specs import load_spec
-from generator.trainconfig import check_training
+from generator.trainconfig import TrainingReport, check_training, start_training_check
 from generator.tree import Tree
 from generator.yamlio import load_all_rendered
 
@@ -303,7 +303,7 @@ def validate_repository(root: Path, kustomize: bool = True,
     CheckFailed (a fault in the tree on disk) or StaleTree."""
     catalog = catalog or Catalog(root)
     fresh = render_tree(root, catalog)
-    training = _training_configs(root, fresh)
+    training = start_training_check(root, fresh.jobs)  # composes meanwhile
     disk, problems = disk_tree(root, fresh)
     problems += [problem for check in TREE_CHECKS for problem in check(disk, catalog)]
     folders = _overlay_folders(disk.kustomizations())
@@ -313,6 +313,7 @@ def validate_repository(root: Path, kustomize: bool = True,
     if kustomize:
         problems += build_overlays(root, [f for f in folders if f not in refused],
                                    _passed_builds(root, fresh, disk))
+    configs = _training_configs(training())
     stale = _stale(fresh, disk)
     if problems:
         raise _fail(problems, _stale_note(stale) if stale else "")
@@ -321,13 +322,12 @@ def validate_repository(root: Path, kustomize: bool = True,
     manifests = sum(len(documents) for documents in disk.manifests.values())
     skipped = () if kustomize else ("kubectl kustomize (--no-kustomize)",)
     return Report(len(fresh.jobs), manifests, len(folders) if kustomize else 0, skipped,
-                  *training)
+                  *configs)
 
 
-def _training_configs(root: Path, tree: Tree) -> tuple[int, int]:
-    """Compose the training config of every job that runs `python -m runtime.train`; raise
-    InvalidInput (a spec's cmd or a config file) or return (composed, not checked)."""
-    report = check_training(root, tree.jobs)
+def _training_configs(report: TrainingReport) -> tuple[int, int]:
+    """Raise InvalidInput for a bad training config (a spec's cmd or a config file), else
+    return how many runs were composed and how many could not be."""
     if report.problems:
         raise InvalidInput(report.problems)
     return report.checked, report.unchecked
@@ -349,9 +349,9 @@ def validate_specs(root: Path, paths: list[Path], catalog: Catalog | None = None
         tree.jobs.extend(jobs)
     if problems:
         raise InvalidInput(problems)
-    training = _training_configs(root, tree)
+    configs = _training_configs(check_training(root, tree.jobs))
     problems = [problem for check in MANIFEST_CHECKS for problem in check(tree, catalog)]
     if problems:
         raise _fail(problems)
     manifests = sum(len(documents) for documents in tree.manifests.values())
-    return Report(len(tree.jobs), manifests, 0, SKIPPED_FOR_SPECS, *training)
+    return Report(len(tree.jobs), manifests, 0, SKIPPED_FOR_SPECS, *configs)
