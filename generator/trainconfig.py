@@ -115,6 +115,7 @@ def training_runs(root: Path, jobs: Iterable[ResolvedJob]) -> tuple[list[_Run], 
 
 
 def check_runs(root: Path, runs: Iterable[_Run]) -> TrainingReport:
+    """Compose and validate each run (a run whose config is not here counts as unchecked)."""
     report, composed = TrainingReport(), _Composed()
     for run in runs:
         found = run.check(root, composed)
