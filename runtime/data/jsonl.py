@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from runtime.data.remote import fetch_file, is_remote
 from runtime.data.tokenizer import Tokenizer, load_tokenizer
 from runtime.errors import Category, RuntimeFailure
 
@@ -65,11 +66,13 @@ def line_index(path: Path) -> tuple[np.ndarray, np.ndarray]:
 class JsonlText:
     """Sample i = the i-th non-blank line's `field`, tokenized with an end-of-document id,
     cut to `seq_len + 1` ids and padded with -100 (ignored by the loss): LongTensor[seq_len+1].
-    The line offsets are indexed once, at construction; lines are read on demand."""
+    The line offsets are indexed once, at construction; lines are read on demand. A gs://
+    (fsspec) `path` is copied into the local cache once per version."""
 
     def __init__(self, path: str, seq_len: int, tokenizer: dict[str, Any] | str = "byte",
                  field: str = "text") -> None:
-        self.path, self.seq_len, self.field = Path(path), seq_len, field
+        self.path = fetch_file(path) if is_remote(path) else Path(path)
+        self.seq_len, self.field = seq_len, field
         if not self.path.is_file():
             raise InputError(f"{self.path}: no such file")
         self.tokenizer: Tokenizer = load_tokenizer(tokenizer)

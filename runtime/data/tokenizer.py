@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runtime.components import Component, instantiate
+from runtime.data.remote import fetch_file, is_remote
 from runtime.errors import ConfigError
 
 EOS_TOKEN = "<|endoftext|>"
@@ -63,12 +64,12 @@ class ByteTokenizer:
 
 
 class BPETokenizer:
-    """A byte-level BPE saved as a `tokenizers` tokenizer.json."""
+    """A byte-level BPE saved as a `tokenizers` tokenizer.json (a local path, or gs://)."""
 
     def __init__(self, path: str | Path) -> None:
         from tokenizers import Tokenizer as HFTokenizer
 
-        self.path = Path(path)
+        self.path = fetch_file(str(path)) if is_remote(path) else Path(path)
         try:
             self._tok = HFTokenizer.from_file(str(self.path))
         except Exception as exc:  # tokenizers raises its own Exception for bad files

@@ -33,6 +33,7 @@ import torch
 
 from runtime.data.corpus import corpus_files
 from runtime.data.jsonl import InputError, read_jsonl
+from runtime.data.remote import cache_root
 from runtime.data.tokenizer import (
     BPE_MIN_VOCAB,
     ByteTokenizer,
@@ -220,11 +221,6 @@ def once(folder: Path, make: Callable[[Path], object]) -> bool:
             return False
         make(folder)
         return True
-
-
-def cache_root() -> Path:
-    """Where gs:// token folders are copied: $GKR_DATA_CACHE, else ~/.cache/gkr/tokens."""
-    return Path(os.environ.get("GKR_DATA_CACHE") or Path.home() / ".cache" / "gkr" / "tokens")
 
 
 def fetch(url: str, cache: Path | None = None) -> Path:

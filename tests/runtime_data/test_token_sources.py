@@ -20,7 +20,8 @@ import torch
 from runtime.data import tokens
 from runtime.data.config import DataConfig
 from runtime.data.corpus import python_stdlib
-from runtime.data.jsonl import InputError
+from runtime.data.jsonl import InputError, JsonlText
+from runtime.data.remote import RemoteInputError
 from runtime.data.loader import DataPipeline
 from runtime.data.tokens import TokenWindows, prepare
 from tests.cli.test_gcs import BUCKET, emulator  # noqa: F401  (a fixture)
@@ -112,3 +113,18 @@ def test_the_loader_resumes_exactly_over_token_windows(shards: Path) -> None:
         tail = [next(pipe) for _ in range(total - cut)]
     assert all(torch.equal(a, b) for a, b in zip(head + tail, reference, strict=True))
     assert reference[0].dtype == torch.long and reference[0].shape == (3, 8)
+
+
+@pytest.mark.slow  # the GCS emulator starts in a few seconds
+def test_gs_jsonl_is_read_from_a_local_copy_of_its_version(
+        emulator: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    monkeypatch.setenv("GKR_DATA_CACHE", str(tmp_path / "cache"))
+    fs = fsspec.filesystem("gs")
+    fs.pipe(f"{BUCKET}/sft/train.jsonl", b'{"text": "ab"}\n{"text": "cd"}\n')
+    remote = JsonlText(f"gs://{BUCKET}/sft/train.jsonl", seq_len=4)
+    assert [remote[i][:3].tolist() for i in range(2)] == [[97, 98, 256], [99, 100, 256]]
+    fs.pipe(f"{BUCKET}/sft/train.jsonl", b'{"text": "xyz"}\n')  # a new version: a new copy
+    assert JsonlText(f"gs://{BUCKET}/sft/train.jsonl", seq_len=4)[0][:3].tolist() == \
+        [120, 121, 122]
+    with pytest.raises(RemoteInputError, match="missing.jsonl: cannot read it"):
+        JsonlText(f"gs://{BUCKET}/sft/missing.jsonl", seq_len=4)
