@@ -33,9 +33,9 @@ def compose_raw(path: Path, overrides: Sequence[str] = ()) -> dict[Any, Any]:
     try:
         with initialize_config_dir(version_base=None, config_dir=str(path.parent)):
             composed = compose(path.stem, overrides=[SEARCH_PATH, *overrides])
+        raw = OmegaConf.to_container(composed, resolve=True)  # a missing ${key} raises here
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError("overrides", _first_line(error), str(path)) from error
-    raw = OmegaConf.to_container(composed, resolve=True)
     assert isinstance(raw, dict)
     raw.pop("hydra", None)
     return raw

@@ -92,3 +92,8 @@ def test_module_entry_point_usage_and_config_errors(capsys: pytest.CaptureFixtur
     assert main([]) == 2
     assert main([str(TINY), "run.steps=0"]) == 1
     assert "run.steps" in capsys.readouterr().err
+
+
+def test_a_missing_interpolation_key_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"Interpolation key 'model\.vocab_size' not found"):
+        load_config(TINY, ["~model"])  # task.vocab_size is ${model.vocab_size}
