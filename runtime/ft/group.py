@@ -9,12 +9,18 @@ the replacement; it heals from a live peer through torchft's checkpoint transpor
 storage. The group's own liveness watchdog (runtime.ft.watchdog) takes it out of the quorum
 at once when a shard dies, before Ray Train has noticed.
 
-Inside a group, Ray Train's torch.distributed process group averages gradients over the
-group's ranks (where a real model would use FSDP); across groups torchft does: rank 0 of the
-group runs the Manager server that heartbeats to the driver's Lighthouse, torchft's DDP
-all-reduces gradients over a gloo (NCCL on GPUs) process group re-formed at every quorum, and
+Inside a group the model is laid out on the group's own mesh (Ray Train's process group of
+the group's ranks): whole float32 replicas are torchft's DDP, whose gradients the optimizer
+averages over the group's ranks; anything sharded or in bfloat16 is FSDP2 / TP
+(runtime.parallel), whose reduce-scatter averages within the group. Across groups torchft
+does: rank 0 of the group runs the Manager server that heartbeats to the driver's
+Lighthouse; the Manager all-reduces gradients over a gloo (NCCL on GPUs) process group of
+the same group rank in every group, re-formed at every quorum (DDP's communication hook, or
+FSDP2's all-reduce hook on each rank's reduced shard, as torchft's fsdp_test does); and
 torchft's optimizer wrapper applies a step only when every rank of the group votes to commit
 it, so a step is committed by the groups that finished it together or by none of them.
+A healing group receives its peer's state shard by shard: the same layout on the same
+group rank holds the same shards, placed on the receiver's own mesh (`_local_shards`).
 
 Rank 0 of every group also watches the quorum: the lowest-index group's acts on a dropped
 group (runtime.ft.shrink). Below `min_replica_groups` no quorum forms; after
@@ -36,6 +42,9 @@ import ray.train.torch
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
+from torch.utils._pytree import tree_flatten_with_path, tree_map_only, tree_map_with_path
 from torchft.ddp import DistributedDataParallel
 from torchft.manager import Manager
 from torchft.optim import OptimizerWrapper
@@ -45,9 +54,12 @@ from runtime.errors import RuntimeFailure
 from runtime.ft.batches import QuorumBatches, SampleLedger
 from runtime.ft.config import FaultToleranceConfig
 from runtime.ft.listen import pod_bound_managers
+from runtime.ft.replica import group_shape, whole_replicas
 from runtime.ft.shrink import Drop, ShrinkTarget, board_name, shrink_request, shrink_target
 from runtime.ft.watchdog import Watchdog
 from runtime.identity import Identity, listen_host
+from runtime.parallel.apply import parallelize
+from runtime.parallel.mesh import build_mesh
 from runtime.run.batches import BatchSource
 from runtime.run.config import TrainConfig
 from runtime.run.progress import Notice, progress_name
@@ -119,9 +131,12 @@ class GroupOptimizer(OptimizerWrapper):
     """torchft's optimizer wrapper (quorum at zero_grad, commit vote at step), which first
     averages gradients over the group's own ranks and turns a failed quorum into QuorumLost."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, on_quorum: Callable[[], None]) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, on_quorum: Callable[[], None],
+                 within_group: bool) -> None:
+        """`within_group`: average gradients over the group's ranks at each step (DDP's
+        whole replicas; FSDP2's reduce-scatter has done it)."""
         super().__init__(None, optimizer)  # the group gives it the Manager once it starts
-        self.on_quorum, self.started_at = on_quorum, 0
+        self.on_quorum, self.started_at, self.within_group = on_quorum, 0, within_group
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Form this step's quorum (healing from a peer when behind), then clear gradients."""
@@ -134,7 +149,8 @@ class GroupOptimizer(OptimizerWrapper):
 
     def step(self, closure: object = None) -> None:
         """Average over the group, then apply the step if every rank of the group commits."""
-        _average_within_group(self.optim)
+        if self.within_group:
+            _average_within_group(self.optim)
         super().step(closure)
 
 
@@ -232,6 +248,7 @@ class ReplicaGroup:
         self.lighthouse: str = lighthouse
         self.controller: Controller | None = self._controller() if self.rank == 0 else None
         self.stepper: GroupOptimizer | None = None
+        self.whole: bool = True  # whole float32 replicas (DDP); `model` says
         self.loader: QuorumBatches | None = None
         # Started by `resume`, right before the first quorum: once its Manager heartbeats,
         # the other groups wait for this one to join, so loading state comes first.
@@ -267,12 +284,30 @@ class ReplicaGroup:
         return Controller(self.index, self.run_id, self.ft, shrink_target(self.ft, self.board))
 
     def model(self, module: nn.Module) -> nn.Module:
-        """torchft's DDP: gradients are averaged across the groups of the quorum."""
-        return GroupDDP(self, module.to(ray.train.torch.get_device()))
+        """Laid out on the group's mesh, gradients averaged across the groups of the quorum:
+        torchft's DDP for whole float32 replicas, else FSDP2 / TP with the Manager's
+        all-reduce as each sharded unit's all-reduce hook."""
+        device = ray.train.torch.get_device()
+        layout = self.config.layout
+        shape = group_shape(layout, self.size)
+        self.whole = whole_replicas(shape, layout)
+        if self.whole:
+            return GroupDDP(self, module.to(device))
+        model = parallelize(module.to(device), build_mesh(shape, device.type), layout)
+        for unit in model.modules():
+            if isinstance(unit, FSDPModule):
+                unit.set_all_reduce_hook(self._across_groups)
+        return model
+
+    def _across_groups(self, shard: torch.Tensor) -> None:
+        """FSDP2's hook, after the group's reduce-scatter (torch's FSDPModule.
+        set_all_reduce_hook): average this rank's reduced shard in place with the same shard
+        of the other groups. A failure is recorded by the Manager (the step is discarded)."""
+        self.manager.allreduce(shard).wait()
 
     def optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """The group optimizer (torchft's wrapper): the loop steps it."""
-        self.stepper = GroupOptimizer(optimizer, self._after_quorum)
+        self.stepper = GroupOptimizer(optimizer, self._after_quorum, within_group=self.whole)
         return self.stepper
 
     def batches(self, config: TrainConfig, rank: int) -> BatchSource:
@@ -294,14 +329,15 @@ class ReplicaGroup:
         sends `state` to a group behind, and loads a peer's into it."""
         manager = self.started = self._manager()
         manager.load_state_dict({"step": done, "batches_committed": 0})
-        manager.register_state_dict_fn("train", self._healing(state), state.state_dict)
+        manager.register_state_dict_fn("train", self._healing(state),
+                                       lambda: _local_shards(state.state_dict()))
         if self.stepper is not None:
             self.stepper.manager = manager
         return done
 
     def _healing(self, state: Any) -> Callable[[Any], None]:
         def load(received: Any) -> None:
-            state.load_state_dict(received)
+            state.load_state_dict(_placed(received, state.state_dict()))
             self.healed = True
 
         return load
@@ -369,6 +405,27 @@ class ReplicaGroup:
                   f"(the last quorum had groups {_names(self.quorum.members)}): {error}")
         ray.get(self.board.stop.remote(reason))
         return True
+
+
+def _local_shards(state: Any) -> Any:
+    """`state` with each DTensor as its local shard: a DTensor pickles its mesh, whose process
+    groups exist only in the sending process, so the receiver places the shards (`_placed`)."""
+    return tree_map_only(DTensor, lambda tensor: tensor.to_local(), state)
+
+
+def _placed(received: Any, own: Any) -> Any:
+    """A peer's `_local_shards` as DTensors laid out like this rank's `own` state (DCP's
+    get_state_dict fills a fresh optimizer's state, so every entry has its placement)."""
+    like = {path: t for path, t in tree_flatten_with_path(own)[0] if isinstance(t, DTensor)}
+
+    def place(path: Any, value: Any) -> Any:
+        mine = like.get(path)
+        if mine is None or not isinstance(value, torch.Tensor):
+            return value
+        return DTensor.from_local(value.to(mine.device), mine.device_mesh, mine.placements,
+                                  run_check=False, shape=mine.shape, stride=mine.stride())
+
+    return tree_map_with_path(place, received)
 
 
 def _group_store(rank: int) -> tuple[Any, tuple[str, int]]:

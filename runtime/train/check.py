@@ -12,6 +12,7 @@ from torch import nn
 
 from runtime.data.config import check_data
 from runtime.errors import ConfigError
+from runtime.ft.replica import group_shape
 from runtime.parallel.mesh import MeshShape, mesh_shape
 from runtime.run.batches import training_data
 from runtime.run.config import TrainConfig
@@ -53,23 +54,16 @@ def check_run(config: TrainConfig, world_size: int | None = None) -> RunCheck:
 
 
 def _mesh(config: TrainConfig, world_size: int) -> MeshShape:
-    """The mesh of one worker group: with torchft, of each replica group."""
+    """The mesh of one worker group: with torchft, of each replica group (FSDP2 / TP inside
+    it, the groups the replicate dimension: runtime.ft.group)."""
     ft = config.fault_tolerance
-    shape = mesh_shape(config.layout, world_size // (ft.replica_groups if ft.enabled else 1))
+    if ft.enabled:
+        return group_shape(config.layout, world_size // ft.replica_groups)
+    shape = mesh_shape(config.layout, world_size)
     if config.diloco.enabled and (shape.dp_shard > 1 or shape.tp > 1):
         raise ConfigError("layout.dp_shard", f"{shape.explain()} in a DiLoCo learner: not "
                           "built yet (the outer step exchanges whole parameters); allowed: "
                           "dp_shard: 1 and tp: 1")
-    if not ft.enabled:
-        return shape
-    if shape.dp_shard > 1 or shape.tp > 1:
-        raise ConfigError("layout.dp_shard", f"{shape.explain()} inside each torchft replica "
-                          "group: not built yet; allowed: dp_shard: 1 and tp: 1 (each group "
-                          "data-parallel, the groups the replicate dimension)")
-    layout = config.layout
-    if layout.param_dtype != "float32" or layout.reduce_dtype != "float32":
-        raise ConfigError("layout.param_dtype", "bfloat16 inside torchft replica groups: not "
-                          "built yet (their DDP has no mixed precision); allowed: float32")
     return shape
 
 
