@@ -2,32 +2,6 @@
 reached from training ranks over ZeroMQ.
 
 Import the Ray-facing parts (`runtime.aux.coordinator`) only where Ray runs; the client,
-wire format and queues import without it.
+wire format and queues import without it. Nothing is imported here, so that the config
+(`runtime.aux.config`) loads without torch (`gkr validate` composes training configs).
 """
-
-from runtime.aux.client import AuxClient, Endpoint, ServiceHandle
-from runtime.aux.config import AuxConfig, OnWorkerLoss, Placement, ServiceConfig
-from runtime.aux.errors import (
-    AuxBusy,
-    AuxError,
-    AuxStartupError,
-    AuxTimeout,
-    RemoteError,
-    WorkerLost,
-)
-
-__all__ = [
-    "AuxBusy",
-    "AuxClient",
-    "AuxConfig",
-    "AuxError",
-    "AuxStartupError",
-    "AuxTimeout",
-    "Endpoint",
-    "OnWorkerLoss",
-    "Placement",
-    "RemoteError",
-    "ServiceConfig",
-    "ServiceHandle",
-    "WorkerLost",
-]

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
@@ -34,7 +35,13 @@ def compose_raw(path: Path, overrides: Sequence[str] = ()) -> dict[Any, Any]:
         with initialize_config_dir(version_base=None, config_dir=str(path.parent)):
             composed = compose(path.stem, overrides=[SEARCH_PATH, *overrides])
         raw = OmegaConf.to_container(composed, resolve=True)  # a missing ${key} raises here
-    except (HydraException, OmegaConfBaseException) as error:
+    except yaml.YAMLError as error:  # the file itself, or a defaults file it names
+        raise ConfigError("", f"not valid YAML: {' '.join(str(error).split())}",
+                          str(path)) from error
+    except OmegaConfBaseException as error:  # e.g. a ${key} that names nothing
+        raise ConfigError(getattr(error, "full_key", None) or "overrides",
+                          str(error).strip().splitlines()[0], str(path)) from error
+    except HydraException as error:
         raise ConfigError("overrides", _first_line(error), str(path)) from error
     assert isinstance(raw, dict)
     raw.pop("hydra", None)

@@ -102,7 +102,7 @@ def test_a_broken_installation_is_refused_naming_the_field(repo_tree) -> None:
 
 
 def test_gkr_validate_refuses_a_broken_committed_installation(tmp_path: Path) -> None:
-    for folder in ("clusters", "platform/catalog", "jobs"):
+    for folder in ("clusters", "platform/catalog", "jobs", "configs"):
         shutil.copytree(REPO / folder, tmp_path / folder)
     write_tree(tmp_path, render_tree(tmp_path, use_cache=False))
     path = tmp_path / "kustomize/overlays/usc1-prod/platform/telemetry.yaml"
