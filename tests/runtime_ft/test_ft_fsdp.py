@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from runtime.errors import ConfigError
 from runtime.run.config import TrainConfig, build_config
@@ -50,11 +51,21 @@ class RecordedDistillation(Distillation):
         self.rank = context.rank
 
     def loss(self, model: nn.Module, batch: torch.Tensor | dict[str, torch.Tensor]) -> StepLoss:
+        weights = _checksum(model)  # before the forward: the rank's own float32 shards
         out = super().loss(model, batch)
-        line = {"pid": os.getpid(), "loss": float(out.loss.detach())}
+        line = {"pid": os.getpid(), "loss": float(out.loss.detach()), "weights": weights}
         with (self.folder / f"loss-{self.rank}.jsonl").open("a") as file:
             file.write(json.dumps(line) + "\n")
         return out
+
+
+def _checksum(model: nn.Module) -> float:
+    with torch.no_grad():
+        return sum(float(_local(p).double().sum()) for p in model.parameters())
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 def _config(folder: Path, *, steps: int = STEPS, pace_s: float = 0.0,
@@ -64,8 +75,8 @@ def _config(folder: Path, *, steps: int = STEPS, pace_s: float = 0.0,
     data.mkdir(parents=True, exist_ok=True)
     raw: dict[str, dict[str, Any]] = {
         "run": {"name": "ft-fsdp", "steps": steps, "log_every": 1, "local_cpus": 8},
-        "task": {"_target_": "tests.runtime_ft.test_ft_fsdp.RecordedDistillation", "folder": str(folder),
-                 "input_dim": 8, "output_dim": 4},
+        "task": {"_target_": "tests.runtime_ft.test_ft_fsdp.RecordedDistillation",
+                 "folder": str(folder), "input_dim": 8, "output_dim": 4},
         "model": {"_target_": "runtime.models.mlp.MLP", "input_dim": 8, "hidden_dim": 32,
                   "output_dim": 4},
         "optim": {"_target_": "torch.optim.Adam", "lr": 0.01},
@@ -90,12 +101,12 @@ def _groups(**ft: Any) -> dict[str, Any]:
             "watchdog_timeout_s": 3.0, "join_timeout_s": 10.0, "timeout_s": 10.0, **ft}
 
 
-def _losses(folder: Path) -> dict[int, list[float]]:
-    """Each rank's losses, in order."""
+def _losses(folder: Path, key: str = "loss") -> dict[int, list[float]]:
+    """Each rank's losses (or weight checksums: `key`), in order."""
     out = {}
     for path in sorted(folder.glob("loss-*.jsonl")):
         rank = int(path.stem.split("-")[1])
-        out[rank] = [json.loads(line)["loss"] for line in path.read_text().splitlines()]
+        out[rank] = [json.loads(line)[key] for line in path.read_text().splitlines()]
     return out
 
 
@@ -149,12 +160,17 @@ def test_a_killed_bfloat16_fsdp2_group_is_replaced_and_heals_while_the_other_tra
     assert run.result is not None
     ledger = _ledger(tmp_path / "ledger")
     survivor = 1 - lost
-    for rank in range(GROUP):  # the other group never restarted and committed every step
-        steps = [e["step"] for e in ledger[survivor, rank]]
+    for rank in range(GROUP):  # the other never restarted and committed every step from its
+        steps = [e["step"] for e in ledger[survivor, rank]]  # first (a late starter heals)
         assert len({e["pid"] for e in ledger[survivor, rank]}) == 1
-        assert steps == list(range(1, 401))
+        assert steps == list(range(steps[0], 401))
+        assert steps[0] < back[0]["step"] - 1
     assert any(f"replica group {lost} healed from a live peer at step {back[0]['step'] - 1}"
                in line for line in run.lines)
+    # Healed exactly: at the last step both groups hold the same weights, shard by shard.
+    weights = _losses(tmp_path, "weights")
+    for rank in range(GROUP):
+        assert weights[rank][-1] == weights[GROUP + rank][-1], rank
     losses = list(run.result.losses.values())
     assert sum(losses[-50:]) / 50 < sum(losses[:50]) / 50  # bfloat16 FSDP2 learns
 
