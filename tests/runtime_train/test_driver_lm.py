@@ -31,7 +31,7 @@ from runtime.tasks.lm import LanguageModelling
 from runtime.train.check import check_run
 from runtime.train.compose import load_config
 from runtime.train.driver import TrainResult, run_training
-from runtime.train.loop import Stepper
+from runtime.train.step import Stepper
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "examples/train/tiny.yaml"
