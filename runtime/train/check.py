@@ -30,8 +30,19 @@ class RunCheck:
         return [self.model, *([self.mesh.explain()] if self.mesh else [])]
 
 
-def check_run(config: TrainConfig, world_size: int | None = None) -> RunCheck:
-    """Check every component, and the layout on `world_size` ranks when given."""
+def check_run(config: TrainConfig, world_size: int | None = None,
+              source: str = "config") -> RunCheck:
+    """Check every component, and the layout on `world_size` ranks when given; a problem is
+    a ConfigError from `source` (the config file)."""
+    try:
+        return _check(config, world_size)
+    except ConfigError as error:
+        if error.source != "config":
+            raise
+        raise ConfigError(source=source, problems=error.problems) from error
+
+
+def _check(config: TrainConfig, world_size: int | None) -> RunCheck:
     task: Task = config.task.build("task")
     with torch.device("meta"):
         model: nn.Module = config.model.build("model")

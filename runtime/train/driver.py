@@ -146,11 +146,12 @@ def run_training(config: TrainConfig, echo: Printer = print_now,
     a failed run leaves a crash bundle (runtime.crash; `launch`: how the run was started)."""
     config = localize_bundles(localize(_absolute_paths(config)))
     importable_path()
-    check_run(config)  # a wrong component fails here, before Ray starts
+    source = launch.config if launch is not None else "config"
+    check_run(config, source=source)  # a wrong component fails here, before Ray starts
     run_id = f"{config.run.name}-{uuid.uuid4().hex[:6]}"
     with ray_session(config):
         plan = plan_for(config, cluster_nodes())
-        layout = check_run(config, plan.world_size).lines()
+        layout = check_run(config, plan.world_size, source).lines()
         echo(f"capacity plan for run {run_id}:\n{plan.explain()}\n" + "\n".join(layout))
         resume = find_resume_point(config)
         _echo_start(config, resume, echo)
