@@ -322,7 +322,10 @@ class ReplicaGroup:
         replica = self.manager.participating_rank()
         if replica is None:
             raise RuntimeFailure(f"replica group {self.index} is not in the quorum")
-        return replica * self.size + self.rank, self.manager.num_participants() * self.size
+        # The ranks of one tensor-parallel group (innermost in the mesh) read the same batch.
+        tp = self.config.layout.tp
+        slots = self.size // tp
+        return replica * slots + self.rank // tp, self.manager.num_participants() * slots
 
     def resume(self, state: Any, done: int) -> int:
         """Start torchft at the resumed step, and let it heal the group from a peer: torchft

@@ -65,9 +65,12 @@ def build_batches(
 ) -> BatchSource:
     """This rank's batch stream of `data` (default: the training data), positioned at the
     start (a checkpoint may move it); a DiLoCo learner's ranks read their learner's shard
-    (`runtime.diloco.config.learner_shard`). `source`: where the producers get samples
+    (`runtime.diloco.config.learner_shard`); the ranks of a tensor-parallel group share one
+    slot of the stream. `source`: where the producers get samples
     (DataPipeline's `source`)."""
     world = dist.get_world_size() if dist.is_initialized() else 1
-    rank, world = learner_shard(config.diloco, rank, world)
+    # The ranks of one tensor-parallel group (innermost in the mesh) read the same batch.
+    tp = config.layout.tp
+    rank, world = learner_shard(config.diloco, rank // tp, world // tp)
     return PipelineBatches(DataPipeline(data or training_data(config), rank=rank,
                                         world_size=world, source=source))

@@ -87,6 +87,7 @@ class Meter:
     def __init__(self, config: TrainConfig, speaker: Speaker, task: Task,
                  loggers: Loggers) -> None:
         self.run, self.speaker, self.task, self.loggers = config.run, speaker, task, loggers
+        self.tp = config.layout.tp  # a tensor-parallel group trains its tokens once
         self.targets = 0
 
     def step(self, step: int, taken: Taken) -> None:
@@ -101,7 +102,7 @@ class Meter:
         recorder = self.speaker()
         if recorder is not None:
             log.debug("step %d/%d loss %.5f", step, self.run.steps, mean)  # the driver prints
-            recorder.step(step, mean, int(figures[1].item()), metrics)
+            recorder.step(step, mean, int(figures[1].item()) // self.tp, metrics)
             self.loggers.log(step, {"loss": mean, **metrics})
 
 
