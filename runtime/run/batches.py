@@ -69,8 +69,14 @@ def build_batches(
     slot of the stream. `source`: where the producers get samples
     (DataPipeline's `source`)."""
     world = dist.get_world_size() if dist.is_initialized() else 1
-    # The ranks of one tensor-parallel group (innermost in the mesh) read the same batch.
+    slot, slots = data_slot(config, rank, world)
+    return PipelineBatches(DataPipeline(data or training_data(config), rank=slot,
+                                        world_size=slots, source=source))
+
+
+def data_slot(config: TrainConfig, rank: int, world: int) -> tuple[int, int]:
+    """Rank `rank`'s slot of the global sample stream, and the stream's slots per step. The
+    ranks of one tensor-parallel group (innermost in the mesh) share a slot; a DiLoCo
+    learner's ranks read their learner's shard."""
     tp = config.layout.tp
-    rank, world = learner_shard(config.diloco, rank // tp, world // tp)
-    return PipelineBatches(DataPipeline(data or training_data(config), rank=rank,
-                                        world_size=world, source=source))
+    return learner_shard(config.diloco, rank // tp, max(world // tp, 1))
