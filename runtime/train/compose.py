@@ -8,6 +8,7 @@ The selected YAML may list reusable groups from `runtime/configs` in its `defaul
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from runtime.diloco.config import with_deployment
-from runtime.errors import ConfigError
+from runtime.errors import ConfigError, FieldProblem
 from runtime.run.config import TrainConfig, build_config
 
 SEARCH_PATH = "hydra.searchpath=[pkg://runtime.configs]"
@@ -39,8 +40,12 @@ def compose_raw(path: Path, overrides: Sequence[str] = ()) -> dict[Any, Any]:
         raise ConfigError("", f"not valid YAML: {' '.join(str(error).split())}",
                           str(path)) from error
     except OmegaConfBaseException as error:  # e.g. a ${key} that names nothing
-        raise ConfigError(getattr(error, "full_key", None) or "overrides",
-                          str(error).strip().splitlines()[0], str(path)) from error
+        key = getattr(error, "full_key", None)
+        message = str(error).strip().splitlines()[0]
+        if not key:
+            raise ConfigError("overrides", message, str(path)) from error
+        problem = FieldProblem(key, message, _loc(key))
+        raise ConfigError(source=str(path), problems=[problem]) from error
     except HydraException as error:
         raise ConfigError("overrides", _first_line(error), str(path)) from error
     assert isinstance(raw, dict)
@@ -53,6 +58,12 @@ def load_config(path: Path, overrides: Sequence[str] = (),
     """Compose, add what the deployment says (a DiLoCo learner's settings), validate."""
     raw = with_deployment(compose_raw(path, overrides), os.environ if environ is None else environ)
     return build_config(raw, source=str(path))
+
+
+def _loc(key: str) -> tuple[str | int, ...]:
+    """OmegaConf's `data.datasets[0].path` as a field path: ("data", "datasets", 0, "path")."""
+    return tuple(int(part) if part.isdigit() else part
+                 for part in re.split(r"[.\[\]]+", key) if part)
 
 
 def _first_line(error: Exception) -> str:
