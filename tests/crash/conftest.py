@@ -51,7 +51,8 @@ task:
   output_dim: ${model.output_dim}
 layout:
   max_world_size: 2
-  dp_shard: 1  # DDP
+  dp_shard: 1  # every rank a whole replica: DDP
+  dp_replicate: -1
 aux:
   services:
     teacher:
