@@ -21,8 +21,8 @@ from runtime.data import tokens
 from runtime.data.config import DataConfig
 from runtime.data.corpus import python_stdlib
 from runtime.data.jsonl import InputError, JsonlText
-from runtime.data.remote import RemoteInputError
 from runtime.data.loader import DataPipeline
+from runtime.data.remote import RemoteInputError
 from runtime.data.tokens import TokenWindows, prepare
 from tests.cli.test_gcs import BUCKET, emulator  # noqa: F401  (a fixture)
 
@@ -126,5 +126,5 @@ def test_gs_jsonl_is_read_from_a_local_copy_of_its_version(
     fs.pipe(f"{BUCKET}/sft/train.jsonl", b'{"text": "xyz"}\n')  # a new version: a new copy
     assert JsonlText(f"gs://{BUCKET}/sft/train.jsonl", seq_len=4)[0][:3].tolist() == \
         [120, 121, 122]
-    with pytest.raises(RemoteInputError, match="missing.jsonl: cannot read it"):
+    with pytest.raises(RemoteInputError, match=r"missing\.jsonl: cannot read it"):
         JsonlText(f"gs://{BUCKET}/sft/missing.jsonl", seq_len=4)
