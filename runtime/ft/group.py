@@ -59,6 +59,7 @@ from runtime.ft.shrink import Drop, ShrinkTarget, board_name, shrink_request, sh
 from runtime.ft.watchdog import Watchdog
 from runtime.identity import Identity, listen_host
 from runtime.parallel.apply import parallelize
+from runtime.parallel.layout import materialize, on_meta
 from runtime.parallel.mesh import build_mesh
 from runtime.run.batches import BatchSource
 from runtime.run.config import TrainConfig
@@ -292,8 +293,10 @@ class ReplicaGroup:
         shape = group_shape(layout, self.size)
         self.whole = whole_replicas(shape, layout)
         if self.whole:
-            return GroupDDP(self, module.to(device))
-        model = parallelize(module.to(device), build_mesh(shape, device.type), layout)
+            return GroupDDP(self, materialize(module, device).to(device))
+        if not on_meta(module):
+            module = module.to(device)
+        model = materialize(parallelize(module, build_mesh(shape, device.type), layout), device)
         for unit in model.modules():
             if isinstance(unit, FSDPModule):
                 unit.set_all_reduce_hook(self._across_groups)

@@ -1,8 +1,11 @@
 """A rank's model laid out as the `layout` section says, on this rank's device.
 
-Pure data parallelism (every rank a whole replica: dp_shard = 1, tp = 1) is DDP, as in
-torchtitan, so that its gradient all-reduce can be timed per bucket (runtime.telemetry's
-straggler analysis on gloo); anything sharded goes through FSDP2 / TP (`parallelize`).
+Pure data parallelism in float32 (every rank a whole replica: dp_shard = 1, tp = 1) is DDP,
+as in torchtitan, so that its gradient all-reduce can be timed per bucket
+(runtime.telemetry's straggler analysis on gloo). Anything else goes through FSDP2 / TP
+(`parallelize`); mixed precision comes from FSDP2, so a bfloat16 layout is FSDP2 even where
+it shards nothing (one GPU, or pure replication). A model built on the meta device gets its
+memory only once laid out, each rank for its own shards (`materialize`).
 """
 
 from __future__ import annotations
@@ -22,17 +25,34 @@ def world_size() -> int:
 
 
 def lay_out(model: nn.Module, settings: ParallelSettings, device: torch.device) -> nn.Module:
-    """`model` moved to `device` and wrapped for the layout's mesh."""
-    model = model.to(device)
+    """`model` on `device`, wrapped for the layout's mesh."""
+    if not on_meta(model):
+        model = model.to(device)
     world = world_size()
     shape = mesh_shape(settings, world)
-    if world == 1 or _replicas_only(shape):
-        model = parallelize(model, None, settings)  # checkpointing and compile only
-        if world == 1:
-            return model
+    full = settings.param_dtype == settings.reduce_dtype == "float32"
+    if world == 1 and full:  # checkpointing and compile only
+        return materialize(parallelize(model, None, settings), device)
+    if _replicas_only(shape) and full:
+        model = materialize(parallelize(model, None, settings), device)
         ids = [device.index] if device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids)
-    return parallelize(model, build_mesh(shape, device.type), settings)
+    return materialize(parallelize(model, build_mesh(shape, device.type), settings), device)
+
+
+def on_meta(model: nn.Module) -> bool:
+    """Whether the model was built on the meta device (shapes only, no memory)."""
+    return any(tensor.is_meta for tensor in (*model.parameters(), *model.buffers()))
+
+
+def materialize(model: nn.Module, device: torch.device) -> nn.Module:
+    """A model built on the meta device, given memory on `device` once laid out (each rank
+    only its shards) and initialised by its own `init_weights`; others as they are."""
+    if on_meta(model):
+        model.to_empty(device=device)
+        with torch.no_grad():
+            model.init_weights()  # type: ignore[operator]
+    return model
 
 
 def _replicas_only(shape: MeshShape) -> bool:

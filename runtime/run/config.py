@@ -94,6 +94,11 @@ class LayoutSection(_Section):
     activation_checkpointing: Literal["none", "full"] = Field(
         "none", description="Recompute each block's activations in the backward pass.")
     compile: bool = Field(False, description="torch.compile each block.")
+    meta_init: bool | None = Field(
+        None, description="Build the model on the meta device and initialise it after "
+                          "sharding (its init_weights), so no rank ever holds the whole "
+                          "model (a 70B model is 280 GB in float32); None: on GPUs, for "
+                          "models with init_weights.")
     max_world_size: int | None = Field(None, ge=1, description="Cap on training workers.")
     gpus_per_worker: Literal[0, 1] = Field(1, description="1: one whole GPU per rank; 0: CPU.")
     cpus_per_worker: float = Field(1.0, gt=0, description="CPUs per training worker.")

@@ -57,11 +57,23 @@ def _check(config: TrainConfig, world_size: int | None) -> RunCheck:
     check_data(training_data(config))
     if config.eval.data is not None:
         check_data(config.eval.data)
+    if config.layout.meta_init and not hasattr(model, "init_weights"):
+        raise ConfigError("layout.meta_init", f"true: {config.model.target} has no "
+                          "init_weights() to initialise it after sharding; allowed: false")
     if config.layout.tp > 1 and not hasattr(model, "apply_tensor_parallel"):
         raise ConfigError("layout.tp", f"{config.layout.tp}: {config.model.target} has no "
                           "tensor-parallel plan (apply_tensor_parallel); allowed: 1")
     mesh = None if world_size is None else _mesh(config, world_size)
     return RunCheck(_describe(config, model), mesh)
+
+
+def meta_init(config: TrainConfig) -> bool:
+    """Whether ranks build the model on the meta device (`layout.meta_init`)."""
+    chosen = config.layout.meta_init
+    if chosen is not None:
+        return chosen
+    on_gpu = config.layout.gpus_per_worker > 0
+    return on_gpu and hasattr(config.model.check("model"), "init_weights")
 
 
 def _mesh(config: TrainConfig, world_size: int) -> MeshShape:

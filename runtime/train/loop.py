@@ -48,6 +48,7 @@ from runtime.run.checkpointing import CheckpointManager, ResumePoint, aux_hooks,
 from runtime.run.config import TrainConfig
 from runtime.run.progress import ProgressRecorder
 from runtime.tasks.base import Task, TaskContext
+from runtime.train.check import meta_init
 from runtime.train.evaluate import Evaluator
 from runtime.train.numa import pin_to_numa_node
 from runtime.train.step import Meter, Stepper, Taken, rank_loggers
@@ -134,7 +135,9 @@ def _train(
                            report_interval(config.aux.report_interval_s, _ranks(context)),
                            services, bytes_per_token(training_data(config))))
     torch.manual_seed(config.run.seed)  # every rank builds the same initial weights
-    model = replica.model(config.model.build("model"))
+    with torch.device("meta") if meta_init(config) else nullcontext():
+        built = config.model.build("model")
+    model = replica.model(built)
     optimizer = config.optim.build("optim", model.parameters())
     schedule = config.lr_schedule.build("lr_schedule", optimizer) if config.lr_schedule \
         else None
