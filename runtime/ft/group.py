@@ -54,13 +54,12 @@ from runtime.errors import RuntimeFailure
 from runtime.ft.batches import QuorumBatches, SampleLedger
 from runtime.ft.config import FaultToleranceConfig
 from runtime.ft.listen import pod_bound_managers
-from runtime.ft.replica import group_shape, whole_replicas
 from runtime.ft.shrink import Drop, ShrinkTarget, board_name, shrink_request, shrink_target
 from runtime.ft.watchdog import Watchdog
 from runtime.identity import Identity, listen_host
 from runtime.parallel.apply import parallelize
-from runtime.parallel.layout import materialize, on_meta
-from runtime.parallel.mesh import build_mesh
+from runtime.parallel.layout import materialize, on_meta, whole_replicas
+from runtime.parallel.mesh import build_mesh, mesh_shape
 from runtime.run.batches import BatchSource
 from runtime.run.config import TrainConfig
 from runtime.run.progress import Notice, progress_name
@@ -290,7 +289,7 @@ class ReplicaGroup:
         all-reduce as each sharded unit's all-reduce hook."""
         device = ray.train.torch.get_device()
         layout = self.config.layout
-        shape = group_shape(layout, self.size)
+        shape = mesh_shape(layout, self.size)  # the groups are the outer replicate dim
         self.whole = whole_replicas(shape, layout)
         if self.whole:
             return GroupDDP(self, materialize(module, device).to(device))

@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from runtime.parallel.layout import lay_out
-from runtime.parallel.mesh import MeshShape, ParallelSettings, mesh_shape
 from runtime.run.batches import BatchSource, build_batches
 from runtime.run.config import TrainConfig
 
@@ -118,19 +117,6 @@ class NoReplica:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: object) -> None:
         return None
-
-
-def group_shape(settings: ParallelSettings, group_size: int) -> MeshShape:
-    """The mesh inside each torchft replica group: the layout over the group's own ranks
-    (the groups themselves are the outer replicate dimension, joined by torchft)."""
-    return mesh_shape(settings, group_size)
-
-
-def whole_replicas(shape: MeshShape, settings: ParallelSettings) -> bool:
-    """Whether every rank of a group holds the whole model in float32: then the group is
-    torchft's DDP (its buckets are timed for the straggler analysis); else FSDP2 / TP."""
-    full = settings.param_dtype == settings.reduce_dtype == "float32"
-    return full and shape.dp_shard == 1 and shape.tp == 1
 
 
 def quiet_torchft() -> None:

@@ -30,10 +30,9 @@ def lay_out(model: nn.Module, settings: ParallelSettings, device: torch.device) 
         model = model.to(device)
     world = world_size()
     shape = mesh_shape(settings, world)
-    full = settings.param_dtype == settings.reduce_dtype == "float32"
-    if world == 1 and full:  # checkpointing and compile only
+    if world == 1 and full_precision(settings):  # checkpointing and compile only
         return materialize(parallelize(model, None, settings), device)
-    if _replicas_only(shape) and full:
+    if whole_replicas(shape, settings):
         model = materialize(parallelize(model, None, settings), device)
         ids = [device.index] if device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids)
@@ -55,5 +54,11 @@ def materialize(model: nn.Module, device: torch.device) -> nn.Module:
     return model
 
 
-def _replicas_only(shape: MeshShape) -> bool:
-    return shape.dp_shard == 1 and shape.tp == 1
+def full_precision(settings: ParallelSettings) -> bool:
+    return settings.param_dtype == settings.reduce_dtype == "float32"
+
+
+def whole_replicas(shape: MeshShape, settings: ParallelSettings) -> bool:
+    """Whether every rank holds the whole model in float32: then DDP (torchft's, inside a
+    replica group), whose buckets are timed for the straggler analysis; else FSDP2 / TP."""
+    return full_precision(settings) and shape.dp_shard == 1 and shape.tp == 1

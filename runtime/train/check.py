@@ -12,7 +12,6 @@ from torch import nn
 
 from runtime.data.config import check_data
 from runtime.errors import ConfigError
-from runtime.ft.replica import group_shape
 from runtime.parallel.mesh import MeshShape, mesh_shape
 from runtime.run.batches import training_data
 from runtime.run.config import TrainConfig
@@ -81,7 +80,7 @@ def _mesh(config: TrainConfig, world_size: int) -> MeshShape:
     it, the groups the replicate dimension: runtime.ft.group)."""
     ft = config.fault_tolerance
     if ft.enabled:
-        return group_shape(config.layout, world_size // ft.replica_groups)
+        return mesh_shape(config.layout, world_size // ft.replica_groups)  # each group's
     shape = mesh_shape(config.layout, world_size)
     if config.diloco.enabled and (shape.dp_shard > 1 or shape.tp > 1):
         raise ConfigError("layout.dp_shard", f"{shape.explain()} in a DiLoCo learner: not "

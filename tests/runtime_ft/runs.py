@@ -36,9 +36,8 @@ def config(folder: Path, *, pace_s: float = 0.0, kill_at: tuple[int, ...] = (),
     }
     for name, values in sections.items():
         raw[name] = {**raw.get(name, {}), **values}
-    # Every rank a whole replica (DDP); with torchft the groups are the replicate dimension.
-    replicas = 1 if raw.get("fault_tolerance", {}).get("enabled") else -1
-    raw["layout"].setdefault("dp_replicate", replicas)
+    # Every rank a whole replica (DDP); with torchft, every rank of each group.
+    raw["layout"].setdefault("dp_replicate", -1)
     return build_config(raw, "test")
 
 
