@@ -5,6 +5,8 @@ milliseconds) meets the task's contract, and the layout fits the world."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -33,15 +35,30 @@ def check_run(config: TrainConfig, world_size: int | None = None,
               source: str = "config") -> RunCheck:
     """Check every component, and the layout on `world_size` ranks when given; a problem is
     a ConfigError from `source` (the config file)."""
+    with _from(source):
+        checked = _check(config)
+    mesh = None if world_size is None else check_mesh(config, world_size, source)
+    return RunCheck(checked.model, mesh)
+
+
+def check_mesh(config: TrainConfig, world_size: int, source: str = "config") -> MeshShape:
+    """The layout's mesh on `world_size` ranks (components need no second check)."""
+    with _from(source):
+        return _mesh(config, world_size)
+
+
+@contextmanager
+def _from(source: str) -> Iterator[None]:
+    """A ConfigError without a source of its own is one of `source`."""
     try:
-        return _check(config, world_size)
+        yield
     except ConfigError as error:
         if error.source != "config":
             raise
         raise ConfigError(source=source, problems=error.problems) from error
 
 
-def _check(config: TrainConfig, world_size: int | None) -> RunCheck:
+def _check(config: TrainConfig) -> RunCheck:
     task: Task = config.task.build("task")
     with torch.device("meta"):
         model: nn.Module = config.model.build("model")
@@ -62,8 +79,7 @@ def _check(config: TrainConfig, world_size: int | None) -> RunCheck:
     if config.layout.tp > 1 and not hasattr(model, "apply_tensor_parallel"):
         raise ConfigError("layout.tp", f"{config.layout.tp}: {config.model.target} has no "
                           "tensor-parallel plan (apply_tensor_parallel); allowed: 1")
-    mesh = None if world_size is None else _mesh(config, world_size)
-    return RunCheck(_describe(config, model), mesh)
+    return RunCheck(_describe(config, model), None)
 
 
 def meta_init(config: TrainConfig) -> bool:

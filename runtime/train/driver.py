@@ -50,7 +50,7 @@ from runtime.run.checkpointing import (
 )
 from runtime.run.config import TrainConfig
 from runtime.run.progress import printing, start_progress
-from runtime.train.check import check_run
+from runtime.train.check import check_mesh, check_run
 from runtime.train.loop import LoopContext, train_loop
 from runtime.train.telemetry import Destination, RunTelemetry, destination
 from runtime.warden.model import ShrinkRequest
@@ -147,11 +147,11 @@ def run_training(config: TrainConfig, echo: Printer = print_now,
     config = localize_bundles(localize(_absolute_paths(config)))
     importable_path()
     source = launch.config if launch is not None else "config"
-    check_run(config, source=source)  # a wrong component fails here, before Ray starts
+    checked = check_run(config, source=source)  # a wrong component fails before Ray starts
     run_id = f"{config.run.name}-{uuid.uuid4().hex[:6]}"
     with ray_session(config):
         plan = plan_for(config, cluster_nodes())
-        layout = check_run(config, plan.world_size, source).lines()
+        layout = [checked.model, check_mesh(config, plan.world_size, source).explain()]
         echo(f"capacity plan for run {run_id}:\n{plan.explain()}\n" + "\n".join(layout))
         resume = find_resume_point(config)
         _echo_start(config, resume, echo)
