@@ -12,7 +12,8 @@ shards by a fixed replica count and is lossy when groups come and go (its docstr
 this keeps the exact stream instead.
 
 The committed position is part of the state a healing group receives from its peer, so a
-replacement group continues the stream where the others are.
+replacement group continues the stream where the others are. A step's micro-batches
+(`step.grad_accum`) all read on from the step's first one; only the commit moves the position.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 import torch
 
 from runtime.data.config import DataConfig
-from runtime.data.loader import DataPipeline
+from runtime.data.loader import DataPipeline, SourceFactory
 from runtime.data.schedule import SamplerState
 
 Layout = tuple[int, int]  # (this rank's slot, the world of this step)
@@ -41,10 +42,10 @@ class SampleLedger:
         self.path = Path(folder) / f"group-{group}-rank-{rank}.jsonl"
         self.group, self.rank = group, rank
 
-    def record(self, step: int, indices: list[int]) -> None:
-        """One committed step: who trained which samples, and when."""
+    def record(self, step: int, layout: Layout, indices: list[int]) -> None:
+        """One committed step: who trained which samples, in which slot, and when."""
         line = {"step": step, "group": self.group, "rank": self.rank, "pid": os.getpid(),
-                "at": time.time(), "indices": indices}
+                "at": time.time(), "slot": layout[0], "slots": layout[1], "indices": indices}
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(line) + "\n")
 
@@ -53,13 +54,16 @@ class QuorumBatches:
     """This rank's batches, placed in the global stream by the current quorum."""
 
     def __init__(self, config: DataConfig, layout: Callable[[], Layout],
-                 ledger: SampleLedger | None = None) -> None:
-        self.config, self.layout, self.ledger = config, layout, ledger
+                 ledger: SampleLedger | None = None, source: SourceFactory | None = None) -> None:
+        """`source`: where the producers get samples (DataPipeline's: an auxiliary producer
+        service, runtime.data.aux_producer.remote_source); None: the rank's own datasets."""
+        self.config, self.layout, self.ledger, self.source = config, layout, ledger, source
         self.committed = SamplerState().to_dict()
-        self.pending: dict[str, int] | None = None  # the position after the batch in flight
+        self.pending: dict[str, int] | None = None  # the position after the step in flight
         self.pipeline: DataPipeline | None = None
         self.running: Layout | None = None
-        self.indices: list[int] = []
+        self.indices: list[int] = []  # the step's samples so far, every micro-batch
+        self.spans: list[Any] = []  # the Span of every micro-batch handed out since `taken`
 
     def __iter__(self) -> QuorumBatches:
         return self
@@ -67,32 +71,42 @@ class QuorumBatches:
     def __next__(self) -> torch.Tensor:
         """The next batch of this step's layout (read after the quorum of the step formed)."""
         layout = self.layout()
-        if self.pipeline is None or layout != self.running or self.pending is not None:
-            self._restart(layout)  # a new quorum, or a step neither committed nor discarded
+        if self.pipeline is None or layout != self.running:
+            self._restart(layout)  # a new quorum, or the first step after a discard or heal
         assert self.pipeline is not None
         batch = next(self.pipeline)
         self.pending = self.pipeline.state_dict()
-        self.indices = _indices(batch)
+        self.indices += _indices(batch)
+        span = getattr(self.pipeline, "last_span", None)
+        if span is not None:
+            self.spans.append(span)
         return batch["input"] if isinstance(batch, dict) else batch
 
     def _restart(self, layout: Layout) -> None:
         self.close()
         slot, world = layout
         self.pipeline = DataPipeline(self.config, rank=slot, world_size=world,
-                                     state=self.committed)
-        self.running, self.pending = layout, None
+                                     state=self.committed, source=self.source)
+        self.running, self.pending, self.indices = layout, None, []
+
+    def taken(self) -> list[Any]:
+        """The spans of the batches handed out since the last call (a discarded step's are
+        gone), for the sample ledger; cleared by the call."""
+        spans, self.spans = self.spans, []
+        return spans
 
     def commit(self, step: int) -> None:
         """The step's update was applied: its samples are trained, the stream moves on."""
         if self.pending is None:
             return
         self.committed, self.pending = self.pending, None
-        if self.ledger is not None:
-            self.ledger.record(step, self.indices)
+        if self.ledger is not None and self.running is not None:
+            self.ledger.record(step, self.running, self.indices)
+        self.indices = []
 
     def discard(self) -> None:
         """The step was not committed: its samples go back to the stream."""
-        self.pending = None
+        self.pending, self.indices, self.spans = None, [], []
         self.close()
 
     def state_dict(self) -> dict[str, Any]:
@@ -101,7 +115,7 @@ class QuorumBatches:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint's or a healing peer's committed position."""
         self.committed = SamplerState.from_dict(state).to_dict()
-        self.pending = None
+        self.pending, self.indices, self.spans = None, [], []
         self.close()
 
     def close(self) -> None:

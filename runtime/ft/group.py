@@ -50,10 +50,12 @@ from torchft.manager import Manager
 from torchft.optim import OptimizerWrapper
 from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
 
+from runtime.data.loader import SourceFactory
 from runtime.errors import RuntimeFailure
 from runtime.ft.batches import QuorumBatches, SampleLedger
 from runtime.ft.config import FaultToleranceConfig
 from runtime.ft.listen import pod_bound_managers
+from runtime.ft.origin import Origin, resumed
 from runtime.ft.shrink import Drop, ShrinkTarget, board_name, shrink_request, shrink_target
 from runtime.ft.watchdog import Watchdog
 from runtime.identity import Identity, listen_host
@@ -238,6 +240,7 @@ class ReplicaGroup:
         self.index, self.rank = index, train.get_world_rank()
         self.size = train.get_world_size()
         self.quorum, self.healed, self.seen = Quorum(), False, -1
+        self.start, self.trained = Origin("fresh", 0), False  # `trained`: a step committed
         self.board = ray.get_actor(board_name(run_id))
         self.board.register.remote(self.index, self.rank, Identity.from_env().pod)
         store, address = _group_store(self.rank)
@@ -312,12 +315,14 @@ class ReplicaGroup:
         self.stepper = GroupOptimizer(optimizer, self._after_quorum, within_group=self.whole)
         return self.stepper
 
-    def batches(self, config: TrainConfig, rank: int) -> BatchSource:
-        """This rank's slot of the global stream, as the quorum places it."""
+    def batches(self, config: TrainConfig, rank: int,
+                source: SourceFactory | None = None) -> BatchSource:
+        """This rank's slot of the global stream, as the quorum places it; `source`: an
+        auxiliary producer service's (runtime.data.aux_producer.remote_source)."""
         assert config.data is not None  # the config validator requires it with fault tolerance
         folder = self.ft.sample_ledger
         ledger = SampleLedger(folder, self.index, self.rank) if folder else None
-        self.loader = QuorumBatches(config.data, self._layout, ledger)
+        self.loader = QuorumBatches(config.data, self._layout, ledger, source)
         return self.loader
 
     def _layout(self) -> tuple[int, int]:
@@ -334,6 +339,7 @@ class ReplicaGroup:
         sends `state` to a group behind, and loads a peer's into it."""
         manager = self.started = self._manager()
         manager.load_state_dict({"step": done, "batches_committed": 0})
+        self.start = resumed(done)
         manager.register_state_dict_fn("train", self._healing(state),
                                        lambda: _local_shards(state.state_dict()))
         if self.stepper is not None:
@@ -353,6 +359,8 @@ class ReplicaGroup:
             if ray.get(self.board.over.remote()):
                 raise RunOver
         step = self.manager.current_step()
+        if self.healed and not self.trained:  # its weights are the peer's from here on
+            self.start = Origin("heal", step)
         if self.healed and self.controller is not None:
             self.controller.notify(f"replica group {self.index} healed from a live peer at "
                                    f"step {step}")
@@ -375,7 +383,13 @@ class ReplicaGroup:
             self.loader.discard()
             return None
         self.loader.commit(step)
+        self.trained = True
         return int(step)
+
+    def origin(self) -> Origin:
+        """"heal" when the group healed from a live peer before its first committed step;
+        else the checkpoint it resumed from, or fresh."""
+        return self.start
 
     def leads(self) -> bool:
         """Rank 0 of the lowest-index group in the quorum speaks for the run."""

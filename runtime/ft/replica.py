@@ -17,6 +17,8 @@ import ray.train.torch
 import torch
 from torch import nn
 
+from runtime.data.loader import SourceFactory
+from runtime.ft.origin import Origin, resumed
 from runtime.parallel.layout import lay_out
 from runtime.run.batches import BatchSource, build_batches
 from runtime.run.config import TrainConfig
@@ -41,8 +43,10 @@ class Replica(Protocol):
         """The optimizer the loop steps (checkpoints hold the one given)."""
         ...
 
-    def batches(self, config: TrainConfig, rank: int) -> BatchSource:
-        """This rank's batches."""
+    def batches(self, config: TrainConfig, rank: int,
+                source: SourceFactory | None = None) -> BatchSource:
+        """This rank's batches; `source`: where its producers get samples (an auxiliary
+        producer service's remote_source), None: the rank's own datasets."""
         ...
 
     def resume(self, state: Any, done: int) -> int:
@@ -55,6 +59,10 @@ class Replica(Protocol):
 
     def committed(self, attempt: int) -> int | None:
         """After an attempt: the step it committed, or None when it was discarded."""
+        ...
+
+    def origin(self) -> Origin:
+        """How this incarnation got its weights; final from its first committed step on."""
         ...
 
     def leads(self) -> bool:
@@ -77,6 +85,7 @@ class NoReplica:
 
     def __init__(self, config: TrainConfig) -> None:
         self.layout = config.layout
+        self.start = Origin("fresh", 0)
 
     def model(self, module: nn.Module) -> nn.Module:
         """On this rank's device, laid out on the mesh (runtime.parallel: DDP, FSDP2, HSDP,
@@ -87,12 +96,14 @@ class NoReplica:
         """The optimizer itself."""
         return optimizer
 
-    def batches(self, config: TrainConfig, rank: int) -> BatchSource:
+    def batches(self, config: TrainConfig, rank: int,
+                source: SourceFactory | None = None) -> BatchSource:
         """The rank's own slice of the stream."""
-        return build_batches(config, rank)
+        return build_batches(config, rank, source)
 
     def resume(self, state: Any, done: int) -> int:
         """Nothing to tell anyone."""
+        self.start = resumed(done)
         return done
 
     def steps(self, done: int, total: int) -> Iterator[int]:
@@ -102,6 +113,10 @@ class NoReplica:
     def committed(self, attempt: int) -> int | None:
         """Always the attempt."""
         return attempt
+
+    def origin(self) -> Origin:
+        """A checkpoint's step, or fresh."""
+        return self.start
 
     def leads(self) -> bool:
         """Rank 0, the only one with a recorder, always speaks for the run."""

@@ -179,9 +179,6 @@ class TrainConfig(_Section):
             known = ", ".join(sorted(self.aux.services)) or "none configured"
             raise _field_error(("data", "producer_service"),
                                f"{name!r} is not in aux.services; allowed: {known}", name)
-        if self.fault_tolerance.enabled:  # replica groups build their pipelines themselves
-            raise _field_error(("data", "producer_service"),
-                               "not available with fault_tolerance.enabled yet", name)
         service = self.aux.services[name]
         if service.impl != PRODUCER_SERVICE_IMPL:
             raise _field_error(("aux", "services", name, "impl"),
