@@ -7,8 +7,10 @@ analysis over every rank's hour of telemetry on chDB, and the FleetMonitor actor
 rank reporting. Figures are printed one row per figure, one column per size, so growth shows;
 a figure with a goal says whether the largest size met it.
 
-    .venv/bin/python benchmarks/fleet_sim.py                       # 125, 500, 1,250 nodes
-    .venv/bin/python benchmarks/fleet_sim.py --nodes 125 --pieces planner,stragglers
+    .venv/bin/python -m benchmarks.fleet_sim                       # 125, 500, 1,250 nodes
+    .venv/bin/python -m benchmarks.fleet_sim --nodes 125 --pieces planner,stragglers
+
+(a module, from the repository root: the pieces are the package benchmarks.fleet)
 """
 
 from __future__ import annotations
@@ -16,9 +18,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.fleet, tests.doubles
 
 from benchmarks.fleet import Figure, Fleet
 

@@ -15,7 +15,7 @@ do, measured in the same run.
 3. gkr-ui's run page at that size, plus RANKS x STEPS training-step rows: each query the page
    makes (runtime/telemetry/ui/data.py), timed alone; they read the rollups of migration 0004.
 
-The samples are tests/telemetry/synthetic.py's (with an injected straggler, which every
+The samples are testing/synthetic.py's (with an injected straggler, which every
 analysis must find). Sizes are flags; the defaults take a few minutes on two cores.
 
     .venv/bin/python benchmarks/telemetry.py [--ranks 10000] [--collectives 1000]
@@ -40,20 +40,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # the synthetic samples live with the tests that check them
-
-from runtime.identity import Identity  # noqa: E402
-from runtime.telemetry import stragglers  # noqa: E402
-from runtime.telemetry.store import Store, sql_file  # noqa: E402
-from runtime.telemetry.writer import TelemetryWriter  # noqa: E402
-from tests.telemetry.synthetic import (  # noqa: E402
+from runtime.identity import Identity
+from runtime.telemetry import stragglers
+from runtime.telemetry.store import Store, sql_file
+from runtime.telemetry.writer import TelemetryWriter
+from testing.synthetic import (
     DEFAULT_GROUPS,
     Run,
     Straggler,
     per_rank,
     samples,
 )
+
+REPO = Path(__file__).resolve().parent.parent
 
 GKR = str(Path(sys.executable).with_name("gkr"))
 INGEST_GOAL = 1e6  # rows/s

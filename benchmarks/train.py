@@ -29,13 +29,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.data.tokens import TokenWindows
+from runtime.telemetry.store import Store
+from runtime.train.compose import load_config
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from runtime.data.tokens import TokenWindows  # noqa: E402
-from runtime.telemetry.store import Store  # noqa: E402
-from runtime.train.compose import load_config  # noqa: E402
-
 CONFIG = REPO / "examples/train/tiny.yaml"
 BIN = Path(sys.executable).parent
 GOAL = 0.95  # driver tokens/s over plain torchrun's

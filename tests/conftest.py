@@ -7,8 +7,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
 from runtime.identity import Env
+from testing.doubles.kube_apiserver import KubeApiServer
+from testing.ray import shared_ray, stop_shared_ray
+from testing.temporal import Loop, temporal_binary
+from testing.warden import CheckJobs, FakeGcp, FakePrometheus
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -23,3 +28,54 @@ def _private_telemetry_store(tmp_path_factory: pytest.TempPathFactory) -> Iterat
         os.environ.pop(Env.TELEMETRY_DSN, None)
     else:
         os.environ[Env.TELEMETRY_DSN] = previous
+
+
+@pytest.fixture(scope="session")
+def local_ray() -> Iterator[None]:
+    """The test process's shared local Ray (testing/ray.py); a test needing its own resources
+    or environment uses `testing.ray.private_ray` instead."""
+    shared_ray()
+    yield
+    stop_shared_ray()
+
+
+@pytest.fixture(scope="session")
+def loop() -> Iterator[Loop]:
+    """The asyncio loop every Temporal object of the session lives in."""
+    runner = Loop()
+    yield runner
+    runner.close()
+
+
+@pytest.fixture(scope="session")
+def temporal(loop: Loop) -> Iterator[WorkflowEnvironment]:
+    """One real Temporal dev server per test process, stopped at the end; tests keep apart
+    through their own task queues and workflow ids."""
+    env = loop.run(WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(), ui=False))
+    yield env
+    loop.run(env.shutdown())
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApiServer]:
+    """The Kubernetes API test double (no API server can run here)."""
+    with KubeApiServer() as server:
+        yield server
+
+
+@pytest.fixture
+def check_jobs(kube: KubeApiServer) -> CheckJobs:
+    """The Job controller and kubelet of Warden's check Jobs; a test may change `plan`."""
+    return CheckJobs(kube)
+
+
+@pytest.fixture
+def doubles(kube: KubeApiServer,
+            check_jobs: CheckJobs) -> Iterator[tuple[KubeApiServer, FakePrometheus, FakeGcp]]:
+    """Warden's HTTP doubles: the Kubernetes API, Prometheus and Compute Engine."""
+    prom = FakePrometheus()
+    gcp = FakeGcp(kube=kube)
+    yield kube, prom, gcp
+    for server in (prom, gcp):
+        server.close()

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 IDENTITY = ROOT / "runtime/identity.py"
 # Hand-written folders a key could be spelled in; tests spell the contract independently.
 SCANNED = ("generator", "runtime", "platform", "clusters", "jobs", "kustomize", "terraform",
-           "examples", "tools", "benchmarks")
+           "examples", "tools", "benchmarks", "testing")
 SUFFIXES = {".py", ".j2", ".yaml", ".yml", ".json", ".md", ".sh", ".tf"}
 KEY = re.compile(r"\bgkr\.dev/[a-z]")
 

@@ -5,7 +5,7 @@ For fleet.gpus ranks (one pod of 8 ranks per node, nodes spread over the fleet's
 one hour of 30 s windows with a training step every 10 s:
 
 * collectives: three collective groups over all ranks, one collective of each per step, in
-  tests/telemetry/synthetic.py's arrival model (a late rank has the shortest time). They are
+  testing/synthetic.py's arrival model (a late rank has the shortest time). They are
   written as NCCL Inspector records (NDJSON) and posted into `nccl_raw` as Fluent Bit posts
   them (generator/telemetry.py; the view of schema/0002 types them, 0003 and 0004 roll them
   up on insert), in bodies of the size `gkr telemetry ingest inspector` sends;
@@ -53,7 +53,7 @@ from runtime.identity import Identity
 from runtime.telemetry import inspector, stragglers
 from runtime.telemetry.store import Store
 from runtime.telemetry.writer import TelemetryWriter
-from tests.telemetry.synthetic import Run, Straggler, samples
+from testing.synthetic import Run, Straggler, samples
 
 PIECE = "stragglers"
 GOAL_S = 2.0  # issue 15: `gkr stragglers` over 10,000 ranks' hour

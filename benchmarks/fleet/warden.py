@@ -71,9 +71,9 @@ from runtime.warden import memory
 from runtime.warden.cluster import KubeCluster
 from runtime.warden.config import KubernetesSettings, StressSuite, WardenConfig
 from runtime.warden.model import NODE_WORKFLOW, node_workflow_id
-from tests.doubles.kube_apiserver import KubeApiServer
-from tests.warden.conftest import CHECKS, temporal_binary
-from tests.warden.warden_doubles import CheckJobs, FakeGcp, FakePrometheus, Json, gpu_node
+from testing.doubles.kube_apiserver import KubeApiServer
+from testing.temporal import temporal_binary
+from testing.warden import CHECKS, CheckJobs, FakeGcp, FakePrometheus, Json, gpu_node
 
 ROOT = Path(__file__).resolve().parents[2]
 PIECE = "warden"

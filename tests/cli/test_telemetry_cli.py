@@ -1,5 +1,5 @@
 """`gkr stragglers` and `gkr telemetry sql` on an embedded store filled with synthetic samples
-of known stragglers (tests/telemetry/synthetic.py)."""
+of known stragglers (testing/synthetic.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from runtime.telemetry.store import Store
+from testing.synthetic import DEFAULT_GROUPS, Straggler, samples
 from tests.cli.conftest import gkr, gkr_process
-from tests.telemetry.synthetic import DEFAULT_GROUPS, Straggler, samples
 from tests.telemetry.test_stragglers import INTERMITTENT, PERSISTENT, RUN
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")

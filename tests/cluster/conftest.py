@@ -1,5 +1,5 @@
 """Fixtures: a copy of the repository (its own git history) and the Kubernetes API test double
-(tests/doubles/kube_apiserver.py: no real API server can run here) reached through a real
+(testing/doubles/kube_apiserver.py: no real API server can run here) reached through a real
 kubeconfig."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 import git
 import pytest
 
-from tests.doubles.kube_apiserver import KubeApiServer
+from testing.doubles.kube_apiserver import KubeApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
-SKIP = {"generator", "runtime", "tests", "benchmarks", "build", "examples"}
+SKIP = {"generator", "runtime", "testing", "tests", "benchmarks", "build", "examples"}
 CONTEXT = "gke_reve-train-prod_us-central1_usc1-prod"  # usc1-prod's kube_context
 
 

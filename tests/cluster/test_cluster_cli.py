@@ -1,5 +1,5 @@
 """Every cluster command of `gkr` through the real `kubernetes` client against the Kubernetes
-API test double (tests/doubles/kube_apiserver.py; no API server can run on these machines)."""
+API test double (testing/doubles/kube_apiserver.py; no API server can run on these machines)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`gkr diloco keys SPEC`: the committed cross-region experiment's keys as Secrets, each on
 its part's cluster, through the real `kubernetes` client against two Kubernetes API test
-doubles (tests/doubles/kube_apiserver.py: no real API server can run here), one per
+doubles (testing/doubles/kube_apiserver.py: no real API server can run here), one per
 cluster, reached by their kube contexts in one kubeconfig."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import zmq
 
 from runtime.diloco.keys import ClientKeys, client_keys, server_keys
 from runtime.identity import Label
+from testing.doubles.kube_apiserver import KubeApiServer
 from tests.cli.conftest import gkr
-from tests.doubles.kube_apiserver import KubeApiServer
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = "jobs/llm/llm-diloco-7b.yaml"

@@ -1,1 +1,1 @@
-"""Test doubles shared by several suites, for parts that cannot run on these machines."""
+"""The tests of the shared test doubles (testing/doubles)."""

@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.doubles.clickhouse_http import ClickHouseHttpServer
+from testing.doubles.clickhouse_http import ClickHouseHttpServer
 
 AUTH = {"Authorization": "Basic " + base64.b64encode(b"gkr:pw").decode()}
 

@@ -20,8 +20,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import new_client_from_config
 from kubernetes.dynamic import DynamicClient
 
-from tests.doubles.kube_apiserver import KubeApiServer
-from tests.doubles.kube_patch import PatchError, json_patch, strategic_merge_patch
+from testing.doubles.kube_apiserver import KubeApiServer
+from testing.doubles.kube_patch import PatchError, json_patch, strategic_merge_patch
 
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

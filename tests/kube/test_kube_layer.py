@@ -1,5 +1,5 @@
 """The shared Kubernetes layer (runtime.kube) against the API test double over real HTTP,
-reached through a real kubeconfig (tests/doubles/kube_apiserver.py: no API server runs here)."""
+reached through a real kubeconfig (testing/doubles/kube_apiserver.py: no API server runs here)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from runtime.kube import (
     Patch,
     Unreachable,
 )
-from tests.doubles.kube_apiserver import KubeApiServer
+from testing.doubles.kube_apiserver import KubeApiServer
 
 NS = "team-llm"
 CONTEXT = "double"

@@ -1,20 +1,3 @@
-"""Fixtures of the fault-tolerance tests: a local Ray whose workers import the checkout."""
-
-from __future__ import annotations
-
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-import ray
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    """Ray for one test module; the loader's producers import tests.runtime_ft.faults."""
-    env = {"env_vars": {"PYTHONPATH": str(ROOT)}}
-    ray.init(num_cpus=8, include_dashboard=False, logging_level="WARNING", runtime_env=env)
-    yield
-    ray.shutdown()
+"""The fault-tolerance tests run on the test process's shared local Ray (the `local_ray`
+fixture of tests/conftest.py, testing/ray.py), whose workers import the checkout: the
+loader's producers import the fault-injecting dataset from there."""

@@ -13,21 +13,13 @@ from runtime.ft.config import FaultToleranceConfig
 from runtime.ft.shrink import Drop, WardenShrink, shrink_request, shrink_target
 from runtime.identity import Identity
 from runtime.warden.config import WardenConfig
-from tests.warden.conftest import (  # noqa: F401 (fixtures of Warden's tests)
-    RunningWorker,
-    check_jobs,
-    doubles,
-    fast_config,
-    kube,
-    loop,
-    temporal,
-)
+from tests.warden.conftest import RunningWorker, fast_config
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def warden(loop, temporal, doubles, tmp_path: Path) -> Iterator[WardenConfig]:  # noqa: F811
+def warden(loop, temporal, doubles, tmp_path: Path) -> Iterator[WardenConfig]:
     config = fast_config(temporal, doubles, tmp_path)
     worker = RunningWorker(loop, temporal, config, sweeps=False)
     yield config
@@ -35,7 +27,7 @@ def warden(loop, temporal, doubles, tmp_path: Path) -> Iterator[WardenConfig]:  
 
 
 def test_a_dropped_group_shrinks_the_raycluster_once_through_wardens_public_api(
-    warden: WardenConfig, doubles  # noqa: F811
+    warden: WardenConfig, doubles
 ) -> None:
     api, _, _ = doubles
     api.put({

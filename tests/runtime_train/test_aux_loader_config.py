@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import ray
 import torch
 from torch.utils.data import default_collate
 
@@ -25,6 +24,7 @@ from runtime.errors import ConfigError
 from runtime.run.config import build_config
 from runtime.train.compose import compose_raw, load_config
 from runtime.train.driver import run_training
+from testing.ray import private_ray
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples/train/aux-loader.yaml"
@@ -102,10 +102,9 @@ def collated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     collate to the file yielded; the aux worker imports this module from the checkout."""
     log = tmp_path_factory.mktemp("collated") / "batches.jsonl"
     env = {"env_vars": {"PYTHONPATH": str(ROOT), LOG: str(log)}}
-    ray.init(num_cpus=5, include_dashboard=False, logging_level=logging.WARNING,
-             runtime_env=env)
-    yield log
-    ray.shutdown()
+    with private_ray(num_cpus=5, include_dashboard=False, logging_level=logging.WARNING,
+                     runtime_env=env):
+        yield log
 
 
 def _overrides(uri: Path, steps: int, producers: int) -> list[str]:

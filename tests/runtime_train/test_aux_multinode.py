@@ -8,13 +8,13 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-import ray
 from ray.cluster_utils import Cluster
 
 from runtime.aux.client import AuxClient
 from runtime.aux.config import AuxConfig, ServiceConfig
 from runtime.aux.coordinator import AuxCoordinator
 from runtime.planner import NodeCapacity, PlanInput, ServiceDemand, WorkerRequest, plan_capacity
+from testing.ray import private_ray
 
 pytestmark = pytest.mark.slow
 
@@ -24,9 +24,8 @@ def two_nodes() -> Iterator[Cluster]:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
     cluster.add_node(num_cpus=2)
     cluster.wait_for_nodes()
-    ray.init(address=cluster.address, logging_level=logging.WARNING)
-    yield cluster
-    ray.shutdown()
+    with private_ray(address=cluster.address, logging_level=logging.WARNING):
+        yield cluster
     cluster.shutdown()
 
 

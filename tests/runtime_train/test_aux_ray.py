@@ -3,9 +3,8 @@ killed mid-stream."""
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import pytest
 import ray
@@ -20,13 +19,6 @@ from runtime.planner import NodeCapacity, PlanInput, ServiceDemand, WorkerReques
 from tests.runtime_train.versioned import consistent, weights
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.WARNING)
-    yield
-    ray.shutdown()
 
 
 def _coordinator(run_id: str, services: dict[str, ServiceConfig]) -> AuxCoordinator:

@@ -6,12 +6,10 @@ before any rank starts."""
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -72,17 +70,6 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("corpus") / "stdlib-byte"
     TokenWindows(str(folder), SEQ, prepare_from="python-stdlib", prepare_max_files=FILES)
     return folder
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    """One local Ray for the module's runs (4 CPUs: the 4-rank run); workers import the
-    checkout."""
-    env = {"env_vars": {"PYTHONPATH": str(ROOT)}}
-    ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.WARNING,
-             log_to_driver=False, runtime_env=env)
-    yield
-    ray.shutdown()
 
 
 def _train(corpus: Path, *overrides: str) -> TrainResult:

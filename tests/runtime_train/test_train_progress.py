@@ -4,9 +4,7 @@ thread while `fit` runs (a real Ray actor)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
-import pytest
 import ray
 
 from runtime.fleet import FleetState, WorkerSample
@@ -35,13 +33,6 @@ def test_events_read_as_one_line_each() -> None:
     state.record_worker(WorkerSample("enc", "w0", "a", 1, 0, 0, [0.001], [0.002]), now=1.0)
     line = FleetEvent(30, state.summaries(now=1.0)).line()
     assert line.startswith("fleet step 30: enc: 1.0 req/s, queue wait p50/p99 1.00/1.00 ms")
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=1, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def test_the_driver_prints_what_rank_0_records_in_order(local_ray: None) -> None:

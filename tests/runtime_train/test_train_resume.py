@@ -4,11 +4,9 @@ real DCP checkpoints and a stateful auxiliary teacher: a run stops, a longer run
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import ray
 import torch.distributed.checkpoint as dcp
 
 from runtime.train.compose import load_config
@@ -20,15 +18,6 @@ TEACHER = "tests.runtime_train.stateful_teacher:CountingEncoder"
 BATCH, WORLD = 8, 2
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    # The aux workers import the test's teacher from the checkout.
-    env = {"env_vars": {"PYTHONPATH": str(ROOT)}}
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING", runtime_env=env)
-    yield
-    ray.shutdown()
 
 
 def _run(uri: Path, steps: int) -> TrainResult:

@@ -21,8 +21,8 @@ from runtime.warden.cluster import KubeCluster
 from runtime.warden.config import parse_config
 from runtime.warden.gce import GceRepair
 from runtime.warden.model import PowerRequest
-from tests.doubles.kube_apiserver import KubeApiServer
-from tests.warden.warden_doubles import FakeGcp, gpu_node
+from testing.doubles.kube_apiserver import KubeApiServer
+from testing.warden import FakeGcp, gpu_node
 
 NS = "team-llm"
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from runtime.crash import queries
 from runtime.telemetry import readonly
 from runtime.telemetry.store import QueryError, Store
+from testing.doubles.clickhouse_http import ClickHouseHttpServer
 from tests.cli.conftest import gkr
-from tests.doubles.clickhouse_http import ClickHouseHttpServer
 from tests.telemetry.test_inspector import EXAMPLE, _now
 
 SECRET = "planted-secret-0b5e"  # a file's content that must never come back

@@ -1,7 +1,7 @@
 """Throughput of real training in `train_steps`: tokens/s, MFU and peak memory per rank.
 
 A RankTelemetry writes through the real writer and clickhouse-connect to the ClickHouse HTTP
-double (chDB's engine behind real HTTP: tests/doubles/clickhouse_http.py), so the rows read
+double (chDB's engine behind real HTTP: testing/doubles/clickhouse_http.py), so the rows read
 back are what the store kept; the peak FLOP/s comes from the catalog (rendered as
 GKR_PEAK_TFLOPS) or the config's override.
 """
@@ -30,7 +30,7 @@ from runtime.telemetry.config import TelemetryConfig
 from runtime.telemetry.store import Store
 from runtime.telemetry.throughput import TERA, mfu, peak_flops, summary_line
 from runtime.train.telemetry import Destination, RankTelemetry, RunTelemetry
-from tests.doubles.clickhouse_http import ClickHouseHttpServer
+from testing.doubles.clickhouse_http import ClickHouseHttpServer
 from tests.generator.conftest import VALID_SPEC, ScratchRepo
 
 RUN = "throughput-run"

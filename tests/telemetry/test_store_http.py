@@ -1,6 +1,6 @@
 """The cluster path of the telemetry store: `Store.connect("http://user:pw@host:8123/db")`
 through clickhouse-connect's HTTP client, against the ClickHouse HTTP test double
-(tests/doubles/clickhouse_http.py; no ClickHouse server can be installed here)."""
+(testing/doubles/clickhouse_http.py; no ClickHouse server can be installed here)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from runtime.identity import Identity
 from runtime.telemetry.store import QueryError, Store, StoreError, migrations
 from runtime.telemetry.writer import StoreSink, TelemetryWriter
-from tests.doubles.clickhouse_http import DECOMPRESS, ClickHouseHttpServer
+from testing.doubles.clickhouse_http import DECOMPRESS, ClickHouseHttpServer
 
 USER, PASSWORD = "gkr", "s3cret-pw"
 

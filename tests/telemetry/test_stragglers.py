@@ -14,7 +14,7 @@ import pytest
 from runtime.telemetry import stragglers
 from runtime.telemetry.store import Store, sql_file
 from runtime.telemetry.stragglers import NoSamples, analyze
-from tests.telemetry.synthetic import DEFAULT_GROUPS, Group, Run, Straggler, samples
+from testing.synthetic import DEFAULT_GROUPS, Group, Run, Straggler, samples
 from tests.telemetry.test_store import migrate_until
 
 PERSISTENT, INTERMITTENT, SLOW_WINDOWS = 5, 11, (2, 5, 8)

@@ -29,18 +29,10 @@ from runtime.telemetry.store import Store
 from runtime.telemetry.ui import data
 from runtime.warden.model import Trigger
 from runtime.warden.triggers import trigger_node
-from tests.doubles.kube_apiserver import KubeApiServer
-from tests.warden.conftest import (  # noqa: F401  Warden's fixtures: Temporal, the doubles
-    RunningWorker,
-    check_jobs,
-    doubles,
-    fast_config,
-    kube,
-    loop,
-    temporal,
-)
+from testing.doubles.kube_apiserver import KubeApiServer
+from testing.warden import gpu_node
+from tests.warden.conftest import RunningWorker, fast_config
 from tests.warden.test_warden_flow import result
-from tests.warden.warden_doubles import gpu_node
 
 ROOT = Path(__file__).resolve().parents[2]
 GKR = str(Path(sys.executable).parent / "gkr")  # the console script, as a user runs it

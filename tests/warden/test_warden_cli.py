@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from generator.cli import app, main
 from runtime.warden.model import Trigger
 from runtime.warden.triggers import trigger_node
+from testing.warden import gpu_node
 from tests.warden.conftest import RunningWorker, fast_config
 from tests.warden.test_warden_flow import result
-from tests.warden.warden_doubles import gpu_node
 
 pytestmark = pytest.mark.slow
 

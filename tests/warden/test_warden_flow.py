@@ -1,7 +1,7 @@
 """Warden end to end against a real Temporal dev server and HTTP doubles of the cluster.
 
 The Kubernetes API, Prometheus over DCGM exporters and Compute Engine cannot run here; they
-are HTTP doubles (tests/doubles/kube_apiserver.py, warden_doubles.py) that Warden's real
+are HTTP doubles (testing/doubles/kube_apiserver.py, testing/warden.py) that Warden's real
 clients talk to.
 """
 
@@ -19,8 +19,8 @@ from runtime.warden import memory
 from runtime.warden.model import Incident, ShrinkRequest, Trigger, node_workflow_id
 from runtime.warden.reservations import parse_stamp, stamp
 from runtime.warden.triggers import request_shrink, trigger_node
+from testing.warden import RecordedEvents, gpu_node, running_pod
 from tests.warden.conftest import RunningWorker, fast_config
-from tests.warden.warden_doubles import RecordedEvents, gpu_node, running_pod
 
 pytestmark = pytest.mark.slow
 

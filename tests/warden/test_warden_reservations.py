@@ -2,7 +2,7 @@
 real Temporal dev server driving the sweep.
 
 No Kubernetes API server (nor KubeRay, nor a scheduler) can run here: the cluster is the
-shared API test double (tests/doubles/kube_apiserver.py) that Warden's real client talks to,
+shared API test double (testing/doubles/kube_apiserver.py) that Warden's real client talks to,
 and the tests play KubeRay (RayJob status, worker pods). The RayJob is the one `gkr render`
 committed for llm-pretrain-7b, so its annotation, labels and tolerations are the real ones.
 """
@@ -26,10 +26,10 @@ from runtime.warden import reservations as rsv
 from runtime.warden.cluster import KubeCluster
 from runtime.warden.config import KubernetesSettings, ReservationConfig, parse_config
 from runtime.warden.keeper import ReservationKeeper
-from tests.doubles.kube_apiserver import KubeApiServer
+from testing.doubles.kube_apiserver import KubeApiServer
+from testing.warden import gpu_node
 from tests.warden.conftest import RunningWorker, fast_config
 from tests.warden.test_warden_flow import notes, wait_for
-from tests.warden.warden_doubles import gpu_node
 
 ROOT = Path(__file__).parents[2]
 RENDERED = ROOT / "kustomize/overlays/usc1-prod/jobs/team-llm/llm-pretrain-7b.yaml"

@@ -2,7 +2,7 @@
 
 The worker runs as `python -m runtime.warden` in a child process that the test kills with
 SIGKILL while the stress test runs (after the reboot). Kubernetes, Prometheus and Compute
-Engine are HTTP doubles (tests/doubles/kube_apiserver.py, warden_doubles.py); Temporal is the
+Engine are HTTP doubles (testing/doubles/kube_apiserver.py, testing/warden.py); Temporal is the
 real dev server.
 """
 
@@ -19,9 +19,9 @@ import yaml
 
 from runtime.warden.model import Trigger
 from runtime.warden.triggers import trigger_node
+from testing.warden import gpu_node
 from tests.warden.conftest import fast_config
 from tests.warden.test_warden_flow import result, wait_for
-from tests.warden.warden_doubles import gpu_node
 
 pytestmark = pytest.mark.slow
 

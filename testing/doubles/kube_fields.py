@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.doubles.kube_api import ApiError, Json
+from testing.doubles.kube_api import ApiError, Json
 
 Path = tuple[str, ...]
 # Never owned: identity and server-set metadata.

@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tests.doubles.kube_api import SERVED, Json
+from testing.doubles.kube_api import SERVED, Json
 
 KUBERNETES = "v1.37.0-local"
 CRD_DIR = Path(__file__).resolve().parents[2] / "generator" / "schemas" / "crds"

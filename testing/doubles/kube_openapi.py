@@ -21,9 +21,9 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from tests.doubles.kube_api import SERVED, SUBRESOURCES, Json, Resource, Subresource
-from tests.doubles.kube_discovery import group_versions, groups
-from tests.doubles.kube_schema import REF, definitions, references, schema_name
+from testing.doubles.kube_api import SERVED, SUBRESOURCES, Json, Resource, Subresource
+from testing.doubles.kube_discovery import group_versions, groups
+from testing.doubles.kube_schema import REF, definitions, references, schema_name
 
 _GROUP_VERSION = re.compile(
     r"^/openapi/v3/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<v>[^/]+))$")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from functools import cache
 
-from tests.doubles.kube_api import SERVED, SUBRESOURCES, VERBS, Json, Resource, Subresource
+from testing.doubles.kube_api import SERVED, SUBRESOURCES, VERBS, Json, Resource, Subresource
 
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 _ASKS_AGGREGATED = re.compile(r"g=apidiscovery\.k8s\.io;\s*v=v2;\s*as=APIGroupDiscoveryList")

@@ -74,8 +74,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.doubles import kube_fields as fields
-from tests.doubles.kube_api import (
+from testing.doubles import kube_fields as fields
+from testing.doubles.kube_api import (
     SERVED,
     ApiError,
     Change,
@@ -89,8 +89,8 @@ from tests.doubles.kube_api import (
     resource_name,
     validate,
 )
-from tests.doubles.kube_http import Request, make_handler
-from tests.doubles.kube_patch import merge_patch
+from testing.doubles.kube_http import Request, make_handler
+from testing.doubles.kube_patch import merge_patch
 
 # The alphabet of generateName suffixes (k8s.io/apimachinery/pkg/util/rand: no vowels).
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"

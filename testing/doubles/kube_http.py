@@ -15,9 +15,9 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 
-from tests.doubles import kube_protobuf as protobuf
-from tests.doubles import kube_schema as schema
-from tests.doubles.kube_api import (
+from testing.doubles import kube_protobuf as protobuf
+from testing.doubles import kube_schema as schema
+from testing.doubles.kube_api import (
     PATH,
     SERVED,
     SUBRESOURCES,
@@ -30,13 +30,13 @@ from tests.doubles.kube_api import (
     label_selected,
     validate,
 )
-from tests.doubles.kube_discovery import document
-from tests.doubles.kube_openapi import document as openapi_document
-from tests.doubles.kube_patch import PatchError, json_patch, merge_patch, strategic_merge_patch
-from tests.doubles.kube_table import asks_table, table
+from testing.doubles.kube_discovery import document
+from testing.doubles.kube_openapi import document as openapi_document
+from testing.doubles.kube_patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from testing.doubles.kube_table import asks_table, table
 
 if TYPE_CHECKING:
-    from tests.doubles.kube_apiserver import KubeApiServer
+    from testing.doubles.kube_apiserver import KubeApiServer
 
 APPLY = "application/apply-patch+yaml"
 STRATEGIC = "application/strategic-merge-patch+json"

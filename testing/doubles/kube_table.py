@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from tests.doubles.kube_api import Json
+from testing.doubles.kube_api import Json
 
 _ASKS_TABLE = re.compile(r"as=Table;\s*v=v1;\s*g=meta\.k8s\.io")
 COLUMNS = [

@@ -4,7 +4,7 @@ No Prometheus with DCGM exporters on GPUs, or Compute Engine, can run on these m
 each is an in-process HTTP server that speaks the subset of the real API Warden uses (same
 paths, query, JSON shapes, status codes, Compute's requestId de-duplication); Warden's real
 client (urllib) talks to them unchanged, and every request is kept in a call log. The
-Kubernetes API is the shared double of tests/doubles/kube_apiserver.py; here are the objects
+Kubernetes API is the shared double of testing/doubles/kube_apiserver.py; here are the objects
 and controllers Warden's tests put in it (nodes, pods, the Job controller, a reboot).
 """
 
@@ -18,12 +18,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from tests.doubles.kube_apiserver import KubeApiServer
+from generator.catalog import Catalog
+from generator.pods import node_checks
+from testing.doubles.kube_apiserver import KubeApiServer
 
 Json = dict[str, Any]
+
+# Check settings as the rendered ConfigMap carries them: the repository's accelerator catalog.
+CHECKS = node_checks(Catalog(Path(__file__).resolve().parents[1])).model_dump(mode="json")
 
 
 @dataclass
