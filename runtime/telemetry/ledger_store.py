@@ -1,0 +1,130 @@
+"""The sample ledger in the telemetry store: load a run's ledger files, read its verdict.
+
+The files are `<folder>/<run_id>/*.jsonl`, one per rank incarnation, appended to only
+(runtime/telemetry/ledger.py), one JSON object a line whose keys are the columns of
+`sample_ledger_raw` (schema/0008_sample_ledger.sql): the engine parses them as they are
+(JSONEachRow). A load is idempotent and incremental: it inserts the lines of a file past those
+stored for its writer (started, rank, pid). A file's partial last line (a rank killed in the
+middle of its write) is skipped and recorded, and the verdict names it; a bad complete line
+is an error naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from runtime.errors import Category, RuntimeFailure
+from runtime.telemetry.ledger_verdict import Entries, Verdict, judge
+from runtime.telemetry.store import QueryError, Store, describe, sql_file
+
+__all__ = ["KEYS", "LedgerError", "NoLedger", "load_ledger", "run_verdict"]
+
+RAW_TABLE, TABLE, SKIPPED = "sample_ledger_raw", "sample_ledger", "sample_ledger_skipped"
+KEYS = frozenset({"run_id", "started", "origin", "resumed_from", "step", "group", "rank",
+                  "pid", "at", "slot", "slots", "epoch_size", "starts", "count",
+                  "batch_starts", "batch_count"})  # a ledger line's keys (design, issue 24)
+_ROW = re.compile(r"\(at row (\d+)\)")  # where ClickHouse's input formats say a row failed
+
+
+class LedgerError(RuntimeFailure):
+    """A ledger file cannot be loaded: names the file and line."""
+
+    category = Category.INVALID_INPUT
+
+
+class NoLedger(RuntimeFailure):
+    """The run has no sample ledger in the store (nor files to load)."""
+
+    category = Category.INVALID_INPUT
+
+
+def load_ledger(store: Store, folder: Path, run_id: str) -> int:
+    """Insert the lines of `<folder>/<run_id>/*.jsonl` not yet in the store; the rows
+    inserted. Safe to repeat, and to run again while files grow."""
+    stored = {(s, r, p): n for s, r, p, n in
+              store.query(sql_file("ledger_files.sql"), {"run": run_id}).rows}
+    return sum(_load_file(store, path, run_id, stored)
+               for path in sorted((folder / run_id).glob("*.jsonl")))
+
+
+def _load_file(store: Store, path: Path, run_id: str,
+               stored: Mapping[tuple[int, int, int], int]) -> int:
+    data = path.read_bytes()
+    complete, _, partial = data.rpartition(b"\n")
+    first = _first_line(path, complete, run_id) if complete else None
+    if partial:
+        _skipped(store, path, run_id, first, complete.count(b"\n") + (2 if complete else 1),
+                 len(partial))
+    if first is None:
+        return 0
+    lines = complete.count(b"\n") + 1
+    have = stored.get((first["started"], first["rank"], first["pid"]), 0)
+    if have > lines:  # stored more than the file holds: not this file's rows; load it anew
+        _forget(store, run_id, first)
+        have = 0
+    if have == lines:
+        return 0
+    body = complete.split(b"\n", have)[-1] if have else complete
+    try:
+        store.insert_raw(RAW_TABLE, "JSONEachRow", body + b"\n")
+    except QueryError as error:
+        raise _bad_line(path, have, error) from error
+    return lines - have
+
+
+def _first_line(path: Path, complete: bytes, run_id: str) -> dict[str, Any]:
+    """The file's first line, checked: the keys of a ledger line, of this run. The engine
+    reads every line, but fills a key a line lacks with its column's default, so the keys
+    are checked here, on the line that stands for the writer's format."""
+    try:
+        first = json.loads(complete.split(b"\n", 1)[0])
+    except ValueError as error:
+        raise LedgerError(f"{path}: line 1: not a JSON object ({error})") from error
+    if not isinstance(first, dict) or KEYS - set(first):
+        lacking = sorted(KEYS - set(first)) if isinstance(first, dict) else sorted(KEYS)
+        raise LedgerError(f"{path}: line 1: not a ledger line: lacks {', '.join(lacking)}")
+    if first["run_id"] != run_id:
+        raise LedgerError(f"{path}: line 1: run_id {first['run_id']!r}, but the file is in "
+                          f"run {run_id!r}'s folder")
+    return first
+
+
+def _bad_line(path: Path, offset: int, error: QueryError) -> LedgerError:
+    where = _ROW.search(str(error))
+    line = f"line {offset + int(where.group(1))}" if where else f"a line after line {offset}"
+    reason = str(error).split("DB::Exception: ")[-1].split(": (at row")[0]
+    return LedgerError(f"{path}: {line}: {reason}")
+
+
+def _skipped(store: Store, path: Path, run_id: str, first: Mapping[str, Any] | None,
+             line: int, size: int) -> None:
+    """Record the file's partial last line (replacing an earlier record of the file)."""
+    known = first or {"rank": -1, "group": -1}
+    store.insert(SKIPPED, [{"ts": datetime.now(UTC), "run": run_id, "run_id": run_id,
+                            "file": path.name, "line": line, "bytes": size,
+                            "rank": known["rank"], "replica_group": known["group"],
+                            "role": "worker"}])
+
+
+def _forget(store: Store, run_id: str, first: Mapping[str, Any]) -> None:
+    store.command(f"DELETE FROM {TABLE} WHERE run_id = {{run:String}} AND started = "
+                  "{started:UInt64} AND rank = {rank:Int32} AND pid = {pid:UInt32}",
+                  {"run": run_id, "started": first["started"], "rank": first["rank"],
+                   "pid": first["pid"]})
+
+
+def run_verdict(store: Store, run_id: str) -> Verdict:
+    """The verdict over the run's ledger rows in the store."""
+    rows = store.query(sql_file("ledger_entries.sql"), {"run": run_id})
+    if not rows.rows:
+        raise NoLedger(f"run {run_id!r} has no sample ledger in the telemetry store "
+                       f"{describe(store.dsn)}")
+    columns = dict(zip(rows.columns, zip(*rows.rows, strict=True), strict=True))
+    skipped = [row[0] for row in store.query(sql_file("ledger_skipped.sql"),
+                                             {"run": run_id}).rows]
+    return judge(Entries.from_columns(columns), skipped)

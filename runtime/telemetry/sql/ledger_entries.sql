@@ -1,0 +1,22 @@
+-- A run's sample ledger as the verdict reads it (runtime/telemetry/ledger_verdict.py):
+-- one row per micro-batch of a ledger row, numbered by ledger row (`row`), in row order.
+-- A line stored twice (a shipper's retry) counts once: LIMIT 1 BY its writer and step.
+-- Parameters: {run:String}.
+SELECT row, step, group, rank, slot, slots, start, count, batch_start, batch_count,
+       epoch_size, started, resumed_from, indexOf(['fresh', 'checkpoint', 'heal'], origin) - 1
+       AS origin, at
+FROM
+(
+    SELECT rowNumberInAllBlocks() AS row, *
+    FROM
+    (
+        SELECT step, group, rank, slot, slots, starts, count, batch_starts, batch_count,
+               epoch_size, started, resumed_from, origin, at, pid
+        FROM sample_ledger
+        WHERE run_id = {run:String}
+        ORDER BY started, rank, pid, step
+        LIMIT 1 BY started, rank, pid, step
+    )
+)
+ARRAY JOIN starts AS start, batch_starts AS batch_start, arrayEnumerate(starts) AS micro
+ORDER BY row, micro
