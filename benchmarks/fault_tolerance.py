@@ -6,7 +6,7 @@ reads a sample per --pace-ms so that a step takes about as long on any machine) 
 times: with torchft as 2 replica groups of 1 rank and as one plain worker group of 2 ranks,
 both checkpointing every --interval steps, each without failures and with a rank killed by
 SIGKILL every --every steps (when the driver prints step N x every, the next sample read by
-any rank kills that rank, tests/runtime_ft/faults.py). Prints, per run:
+any rank kills that rank, testing/ft.py). Prints, per run:
 
 * goodput: committed steps per second, from the first step to the last (worker start-up,
   the same in every run, is left out; steps trained again after a restart count once);
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,13 +30,11 @@ from statistics import mean
 
 import ray
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.runtime_ft: the fault-injecting dataset and run configs
+from runtime.run.config import TrainConfig
+from runtime.train.driver import TrainResult, run_training
+from testing.ft import config, kills, request_kill
 
-from runtime.run.config import TrainConfig  # noqa: E402
-from runtime.train.driver import TrainResult, run_training  # noqa: E402
-from tests.runtime_ft.faults import request_kill  # noqa: E402
-from tests.runtime_ft.runs import config, kills  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]  # Ray's workers import the checkout
 
 BATCH, WORLD = 8, 2
 

@@ -70,7 +70,7 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 def _config(folder: Path, *, steps: int = STEPS, pace_s: float = 0.0,
             kill_at: tuple[int, ...] = (), **sections: dict[str, Any]) -> TrainConfig:
-    """A small run of the MLP on the paced feature stream (tests.runtime_ft.faults)."""
+    """A small run of the MLP on the paced feature stream (testing.ft)."""
     data = folder / "data"
     data.mkdir(parents=True, exist_ok=True)
     raw: dict[str, dict[str, Any]] = {
@@ -83,7 +83,7 @@ def _config(folder: Path, *, steps: int = STEPS, pace_s: float = 0.0,
         "layout": {"gpus_per_worker": 0, "backend": "gloo", "numa_affinity": False,
                    "max_world_size": 2 * GROUP},
         "data": {"datasets": [{"name": "features", "_target_":
-                               "tests.runtime_ft.faults.PacedFeatures", "folder": str(data),
+                               "testing.ft.PacedFeatures", "folder": str(data),
                                "pace_s": pace_s, "kill_at": list(kill_at),
                                "length": 200_000, "dim": 8}],
                  "batch_size": BATCH, "shuffle": False, "producers": 1,

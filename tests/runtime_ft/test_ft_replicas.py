@@ -23,7 +23,7 @@ import pytest
 from runtime.ft.host import RunStopped
 from runtime.run.config import TrainConfig
 from runtime.train.driver import TrainResult, run_training
-from tests.runtime_ft.runs import config, ledger
+from testing.ft import config, ledger
 
 pytestmark = pytest.mark.slow
 BATCH, GROUP = 4, 2

@@ -10,7 +10,7 @@ import pytest
 import torch.distributed.checkpoint as dcp
 
 from runtime.train.driver import run_training
-from tests.runtime_ft.runs import config, kills
+from testing.ft import config, kills
 
 pytestmark = pytest.mark.slow
 BATCH, WORLD = 4, 2
