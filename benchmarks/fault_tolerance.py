@@ -22,11 +22,13 @@ baseline.
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
+from typing import Any
 
 import ray
 
@@ -63,7 +65,7 @@ class KillEvery:
 def _run(folder: Path, steps: int, failures: int, torchft: bool, interval: int,
          pace_s: float) -> TrainConfig:
     """A run that Ray Train may restart `failures` times (per group with torchft)."""
-    sections: dict[str, dict[str, object]] = {
+    sections: dict[str, Any] = {
         "run": {"steps": steps, "max_failures": failures},
         "layout": {"max_world_size": WORLD},
         "model": {"hidden_dim": 256, "depth": 3},
@@ -116,8 +118,8 @@ def main() -> None:
     args = parser.parse_args()
     steps = 600 if args.quick else 1200
     every = args.every or (250 if args.quick else 300)
-    ray.init(num_cpus=6, include_dashboard=False, logging_level="WARNING", log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    ray.init(num_cpus=6, include_dashboard=False, logging_level=logging.WARNING,
+             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     try:
         print(f"{steps} steps, {WORLD} ranks x {BATCH} samples, {args.pace_ms:g} ms a sample; "
               f"a rank killed about every {every} steps; checkpoints every {args.interval} "
