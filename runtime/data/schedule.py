@@ -32,6 +32,21 @@ class SamplerState:
 
 
 @dataclass(frozen=True)
+class Span:
+    """Where one rank's batch sits in the global stream, in global sample indices (epoch e,
+    offset o is index e x epoch_size + o): the sample ledger's record of a batch
+    (runtime.telemetry.ledger)."""
+
+    slot: int  # the rank's slot of the global batch
+    slots: int  # the slots of a global batch (the world the schedule is cut for)
+    start: int  # the batch's first global index
+    count: int  # its samples (the batch size)
+    batch_start: int  # the first global index of the global batch it belongs to
+    batch_count: int  # the global batch's samples (slots x count)
+    epoch_size: int
+
+
+@dataclass(frozen=True)
 class RankBatch:
     """The samples of one rank's batch and the schedule state once it is consumed."""
 
@@ -40,6 +55,7 @@ class RankBatch:
     indices: np.ndarray
     seeds: np.ndarray
     after: SamplerState
+    span: Span
 
 
 def _splitmix64(values: np.ndarray) -> np.ndarray:
@@ -62,6 +78,27 @@ def apportion(total: int, weights: Sequence[float]) -> list[int]:
     return [int(c) for c in counts]
 
 
+def epoch_size(lengths: Sequence[int], samples_per_epoch: int | None) -> int:
+    """The samples of one epoch: `samples_per_epoch`, else every sample of every dataset."""
+    return samples_per_epoch or sum(int(n) for n in lengths)
+
+
+def placed(state: SamplerState, global_batch: int, size: int) -> SamplerState:
+    """Where the next global batch starts: an epoch tail shorter than it is dropped."""
+    if state.offset + global_batch > size:
+        return SamplerState(state.epoch + 1, 0)
+    return state
+
+
+def span_at(state: SamplerState, *, size: int, slot: int, slots: int,
+            batch_size: int) -> Span:
+    """The span of slot `slot`'s batch of the global batch read at `state`."""
+    at = placed(state, slots * batch_size, size)
+    first = at.epoch * size + at.offset
+    return Span(slot, slots, first + slot * batch_size, batch_size, first, slots * batch_size,
+                size)
+
+
 class GlobalSchedule:
     """The global sample order of every epoch, shared by all ranks of a run."""
 
@@ -78,7 +115,7 @@ class GlobalSchedule:
             raise ValueError(f"every dataset needs at least one sample, got lengths {lengths}")
         self.lengths = [int(n) for n in lengths]
         self.seed, self.shuffle = seed, shuffle
-        self.epoch_size = samples_per_epoch or sum(self.lengths)
+        self.epoch_size = epoch_size(self.lengths, samples_per_epoch)
         self.counts = apportion(self.epoch_size, weights)
         self._cached: tuple[int, np.ndarray, np.ndarray] | None = None
 
@@ -125,16 +162,14 @@ class GlobalSchedule:
             raise ValueError(
                 f"global batch {global_batch} exceeds the epoch of {self.epoch_size} samples"
             )
-        epoch, offset, seq = state.epoch, state.offset, 0
+        state, seq, size = placed(state, global_batch, self.epoch_size), 0, self.epoch_size
         while True:
-            if offset + global_batch > self.epoch_size:
-                epoch, offset = epoch + 1, 0
-            ds, idx = self.epoch_order(epoch)
-            lo = offset + rank * batch_size
+            span = span_at(state, size=size, slot=rank, slots=world_size, batch_size=batch_size)
+            ds, idx = self.epoch_order(state.epoch)
+            lo = span.start - state.epoch * size
             pos = np.arange(lo, lo + batch_size, dtype=np.int64)
-            offset += global_batch
-            after = SamplerState(epoch, offset)
-            if offset + global_batch > self.epoch_size:
-                after = SamplerState(epoch + 1, 0)
-            yield RankBatch(seq, ds[pos], idx[pos], self.sample_seeds(epoch, pos), after)
-            seq += 1
+            after = placed(SamplerState(state.epoch, state.offset + global_batch), global_batch,
+                           size)
+            yield RankBatch(seq, ds[pos], idx[pos], self.sample_seeds(state.epoch, pos), after,
+                            span)
+            state, seq = after, seq + 1

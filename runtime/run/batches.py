@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from runtime.data.config import DataConfig
 from runtime.data.loader import DataPipeline, SourceFactory
+from runtime.data.schedule import Span
 from runtime.diloco.config import learner_shard
 from runtime.errors import ConfigError
 from runtime.run.config import TrainConfig
@@ -26,6 +27,11 @@ class BatchSource(Iterator[Any], Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
+    def taken(self) -> list[Span]:
+        """The spans of the batches handed out since the last call, one per micro-batch, in
+        order (the sample ledger's record of a step); cleared by the call."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -34,18 +40,27 @@ class PipelineBatches:
 
     def __init__(self, pipeline: DataPipeline) -> None:
         self.pipeline = pipeline
+        self.spans: list[Span] = []
 
     def __iter__(self) -> PipelineBatches:
         return self
 
     def __next__(self) -> Any:
-        return next(self.pipeline)
+        batch = next(self.pipeline)
+        assert self.pipeline.last_span is not None  # set by every batch
+        self.spans.append(self.pipeline.last_span)
+        return batch
+
+    def taken(self) -> list[Span]:
+        spans, self.spans = self.spans, []
+        return spans
 
     def state_dict(self) -> dict[str, Any]:
         return self.pipeline.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.pipeline.load_state_dict(state)
+        self.spans = []  # a checkpoint's position: what was read before it is not this run's
 
     def close(self) -> None:
         self.pipeline.close()
