@@ -29,7 +29,7 @@ import numpy.random  # noqa: F401
 
 from runtime.data import stages
 from runtime.data.config import DataConfig, check_data
-from runtime.data.schedule import RankBatch, SamplerState
+from runtime.data.schedule import RankBatch, SamplerState, Span, epoch_size, span_at
 from runtime.data.shm import SlotRing, check_fits, unpack
 from runtime.data.sources import (
     LocalSource,
@@ -202,6 +202,8 @@ class DataPipeline(Iterator[Any]):
         self._finalizer: weakref.finalize | None = None
         self._first_here = source is None  # the next batch starts a stream: make it here
 
+        self._epoch_size = epoch_size(self._lengths, config.samples_per_epoch)
+        self.last_span: Span | None = None
     def state_dict(self) -> dict[str, int]:
         return self._state.to_dict()
 
@@ -225,6 +227,9 @@ class DataPipeline(Iterator[Any]):
         running.links.credits.release()
         self._next_seq += 1
         self._state = after
+        # The stages cut the stream by the same rule from the state this batch was read at.
+        self.last_span = span_at(self._state, size=self._epoch_size, slot=self.rank,
+                                 slots=self.world_size, batch_size=self.config.batch_size)
         return batch
 
     def _layout(self) -> stages.Layout:
@@ -241,6 +246,7 @@ class DataPipeline(Iterator[Any]):
                             "".join(traceback.format_exception(error))) from None
         self._state, self._first_here, self._datasets = first.after, False, None
         return batch
+        self.last_span = first.span
 
     def _make(self, batch: RankBatch) -> Any:
         source = LocalSource(self.config, self._datasets)  # None: built anew (a restart)
