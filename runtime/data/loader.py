@@ -201,9 +201,9 @@ class DataPipeline(Iterator[Any]):
         self._next_seq = 0
         self._finalizer: weakref.finalize | None = None
         self._first_here = source is None  # the next batch starts a stream: make it here
-
         self._epoch_size = epoch_size(self._lengths, config.samples_per_epoch)
         self.last_span: Span | None = None
+
     def state_dict(self) -> dict[str, int]:
         return self._state.to_dict()
 
@@ -226,10 +226,10 @@ class DataPipeline(Iterator[Any]):
         running.links.free_batches.put(slot)
         running.links.credits.release()
         self._next_seq += 1
-        self._state = after
         # The stages cut the stream by the same rule from the state this batch was read at.
         self.last_span = span_at(self._state, size=self._epoch_size, slot=self.rank,
                                  slots=self.world_size, batch_size=self.config.batch_size)
+        self._state = after
         return batch
 
     def _layout(self) -> stages.Layout:
@@ -245,8 +245,8 @@ class DataPipeline(Iterator[Any]):
             raise _reported("first-batch (in the rank)",
                             "".join(traceback.format_exception(error))) from None
         self._state, self._first_here, self._datasets = first.after, False, None
-        return batch
         self.last_span = first.span
+        return batch
 
     def _make(self, batch: RankBatch) -> Any:
         source = LocalSource(self.config, self._datasets)  # None: built anew (a restart)
