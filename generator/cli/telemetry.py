@@ -216,3 +216,50 @@ def _size(size: int) -> str:
         if size >= 1 << shift and size % (1 << shift) == 0:
             return f"{size >> shift}{unit}"
     return f"{size}B"
+
+
+# --- `gkr ledger`: the sample ledger's verdict -------------------------------------------
+
+NO_LEDGER = 2  # the exit code of a run without a ledger (0: exactly once, 1: not)
+
+
+@app.command()
+def ledger(
+    run: Annotated[str, typer.Argument(help="The run (its run id in the telemetry store).")],
+    json_output: Annotated[bool, typer.Option("--json", help="The verdict as JSON.")] = False,
+    folder: Annotated[Path | None, typer.Option(
+        "--folder", help="Ledger files to load first, <folder>/<run>/*.jsonl (default: where "
+                         "a local run writes them).")] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Whether the run trained every sample of its schedule exactly once (up to the step it
+    reached), from its sample ledger: else the missing and duplicated index ranges, with the
+    steps, groups and ranks where they happened. Loads the run's local ledger files first.
+    Exit 0: exactly once; 1: not; 2: no ledger for the run."""
+    import json
+
+    from runtime.telemetry.ledger_store import NoLedger, load_ledger, run_verdict
+    from runtime.telemetry.store import Store, default_dsn
+
+    dsn = dsn or default_dsn()
+    files = folder or _ledger_folder(dsn)
+    with Store.connect(dsn) as store:
+        load_ledger(store, files, run)
+        try:
+            verdict = run_verdict(store, run)
+        except NoLedger as error:
+            err_console.print(f"{error}, nor files under {files / run}; a run writes its "
+                              "ledger as it trains (GKR_LEDGER_DIR in pods); point --folder "
+                              "at its files, or --dsn at the store that holds them")
+            raise typer.Exit(NO_LEDGER) from None
+    out_console.print(json.dumps(verdict.as_dict(), indent=2) if json_output else
+                      f"run {run}: {verdict.explain()}")
+    if not verdict.exactly_once:
+        raise typer.Exit(1)
+
+
+def _ledger_folder(dsn: str) -> Path:
+    """Where a local run writes its ledger files (runtime.telemetry.ledger decides)."""
+    from runtime.telemetry.ledger import ledger_folder
+
+    return ledger_folder(dsn)

@@ -73,7 +73,7 @@ class Entries:
         return cls.from_columns(columns)
 
     @classmethod
-    def from_columns(cls, columns: Mapping[str, Sequence[Any]]) -> Entries:
+    def from_columns(cls, columns: Mapping[str, Sequence[Any] | npt.NDArray[Any]]) -> Entries:
         """From one sequence per field (origin as its index in ORIGINS)."""
         arrays: dict[str, Any] = {f.name: np.asarray(
             columns[f.name], dtype=np.float64 if f.name == "at" else np.int64) for f in fields(cls)}
@@ -217,7 +217,7 @@ def judge(entries: Entries, truncated: Sequence[str] = ()) -> Verdict:
         return Verdict(True, 0, 0, 0, rows, (), (), (), (), superseded_rows, (), tuple(truncated))
     agreeing, disagreements = _agreement(kept)
     batches = _batches(kept.take(agreeing))
-    unrecorded = _unrecorded(kept.take(agreeing), batches)
+    unrecorded = _unrecorded(kept, batches)
     lo, hi, owner = _trainers(kept, unrecorded)
     end = int((batches[:, 1] + batches[:, 2]).max())
     tails = _dropped_tails(batches)
@@ -319,11 +319,11 @@ def _batches(agreeing: Entries) -> Array:
     return table[np.lexsort((table[:, 0], table[:, 1]))]
 
 
-def _unrecorded(agreeing: Entries, batches: Array) -> tuple[Unrecorded, ...]:
-    """Slots in [0, slots) of a step with no row (rule 3)."""
+def _unrecorded(kept: Entries, batches: Array) -> tuple[Unrecorded, ...]:
+    """Slots in [0, slots) of a step with no row (rule 3; a disagreeing row holds its slot)."""
     slots = {int(b[0]): int(b[3]) for b in batches}
-    index, _ = _distinct(agreeing.step, agreeing.slot)
-    pairs = np.stack([agreeing.step[index], agreeing.slot[index]], axis=1)
+    index, _ = _distinct(kept.step, kept.slot)
+    pairs = np.stack([kept.step[index], kept.slot[index]], axis=1)
     pairs = pairs[pairs[:, 1] < np.array([slots[s] for s in pairs[:, 0].tolist()])]
     steps, seen = np.unique(pairs[:, 0], return_counts=True)
     found = []
@@ -339,15 +339,31 @@ def _unrecorded(agreeing: Entries, batches: Array) -> tuple[Unrecorded, ...]:
 
 def _trainers(kept: Entries, unrecorded: Sequence[Unrecorded]) -> tuple[Array, Array, Array]:
     """The spans to cover the stream with: one per trainer and micro-batch (rows of one step,
-    group and slot with the same span are one trainer), then the unrecorded slots' spans.
-    `owner`: an entry of the trainer, or -1 for an unrecorded span."""
-    index, _ = _distinct(kept.step, kept.group, kept.slot, kept.start, kept.count)
+    group and slot with the same span are one trainer, unless one rank wrote two of them: a
+    step replayed), then the unrecorded slots' spans. `owner`: an entry of the trainer, or
+    -1 for an unrecorded span."""
+    index, _ = _distinct(kept.step, kept.group, kept.slot, kept.start, kept.count,
+                         _replays(kept))
     extra = np.array([span for u in unrecorded for span in u.ranges], dtype=np.int64)
     extra = extra.reshape(-1, 2)
     lo = np.r_[kept.start[index], extra[:, 0]]
     hi = np.r_[kept.end()[index], extra[:, 1]]
     owner = np.r_[index, np.full(len(extra), -1)]
     return lo, hi, owner
+
+
+def _replays(kept: Entries) -> Array:
+    """Per entry, how many earlier rows its rank wrote for the same step (0 but in a replay
+    that no restart rolled back)."""
+    order = np.lexsort((kept.row, kept.rank, kept.step))
+    step, rank, row = kept.step[order], kept.rank[order], kept.row[order]
+    same_pair = np.r_[False, (step[1:] == step[:-1]) & (rank[1:] == rank[:-1])]
+    new_row = np.r_[True, row[1:] != row[:-1]]
+    counted = np.cumsum(new_row)  # rows so far, in (step, rank, row) order
+    pair_start = np.maximum.accumulate(np.where(~same_pair, np.arange(len(order)), 0))
+    replays = np.empty(len(order), dtype=np.int64)
+    replays[order] = counted - counted[pair_start]
+    return replays
 
 
 def _dropped_tails(batches: Array) -> tuple[tuple[int, int], ...]:
@@ -367,13 +383,13 @@ def _coverage(lo: Array, hi: Array, owner: Array, end: int,
     lo, hi, owner = lo[order], hi[order], owner[order]
     reach = np.maximum.accumulate(hi)
     reached_by = np.maximum.accumulate(np.where(hi == reach, np.arange(len(hi)), 0))
-    before = np.r_[0, reach[:-1]]
+    before = np.r_[min(0, int(lo[0])), reach[:-1]]
     dup = np.flatnonzero(lo < before)
     duplicated = [_named(int(lo[i]), int(min(hi[i], before[i])),
                          [owner[i], owner[reached_by[i - 1]]], kept) for i in dup]
-    gaps = [(int(a), int(b)) for a, b in zip(before[lo > before], lo[lo > before], strict=True)]
-    if reach[-1] < end:
-        gaps.append((int(reach[-1]), end))
+    gaps = list(zip(before[lo > before].tolist(), lo[lo > before].tolist(), strict=True))
+    gaps = [(max(a, 0), min(b, end)) for a, b in [*gaps, (int(reach[-1]), end)]
+            if max(a, 0) < min(b, end)]  # the stream's indices only
     missing = [_attributed(a, b, kept, batches) for gap in gaps for a, b in _minus(gap, tails)]
     return _merged(missing), _merged(duplicated)
 

@@ -1,0 +1,1 @@
+"""The sample ledger (issue 24)."""
