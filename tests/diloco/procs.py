@@ -14,6 +14,7 @@ from typing import Any
 
 from runtime.diloco.keys import SYNCHRONISER
 from runtime.diloco.local import run_keys
+from testing.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 120.0  # a torch import on a loaded two-core machine takes seconds
@@ -89,7 +90,5 @@ def finish(folder: Path, name: str, process: subprocess.Popen[bytes]) -> dict[st
 
 def wait_for(path: Path, text: str | None = None) -> None:
     """Until `path` exists (and holds `text`)."""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not path.exists() or (text is not None and text not in path.read_text()):
-        assert time.monotonic() < deadline, f"{path} never appeared or held {text!r}"
-        time.sleep(0.1)
+    wait_until(lambda: path.exists() and (text is None or text in path.read_text()),
+               START_TIMEOUT_S, f"{path} to appear" + (f" holding {text!r}" if text else ""))

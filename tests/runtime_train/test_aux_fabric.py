@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from runtime.aux.config import OnWorkerLoss
 from runtime.aux.errors import AuxBusy, AuxTimeout, RemoteError, WorkerLost
 from runtime.aux.services import EchoService
 from runtime.fleet import ClientSample
+from testing.wait import wait_until
 from tests.runtime_train.fabric import Fabric
 
 
@@ -76,8 +76,8 @@ def test_full_rank_queue_answers_busy(tmp_path: Path) -> None:
         assert gate.entered.wait(10)
         queued = [client.submit("echo", {"i": i}) for i in range(3)]
         # all four passed the device (client identity + head: two frames each)
-        while built.proxy.stats["backend_frames_out"] < 8:
-            time.sleep(0.01)
+        wait_until(lambda: built.proxy.stats["backend_frames_out"] >= 8, 30,
+                   "the four requests to pass the proxy")
         time.sleep(0.2)
         gate.opened.set()
         client.result(blocker)
@@ -109,7 +109,9 @@ def test_a_flooding_rank_does_not_starve_another(tmp_path: Path) -> None:
         built.add_worker("w0", recorder)
         flood, quiet = built.client(0, timeout_s=30), built.client(1)
         flooded = [flood.submit("sleep", {"seconds": 0.02, "tag": f"f{i}"}) for i in range(40)]
-        time.sleep(0.1)  # the flood is queued on the worker
+        # the flood is on its way to the worker (identity + head: two frames each)
+        wait_until(lambda: built.proxy.stats["backend_frames_out"] >= 2 * len(flooded), 30,
+                   "the flood to pass the proxy")
         quiet.call("echo", {"tag": "q"})
         for request in flooded:
             flood.result(request)
@@ -171,13 +173,6 @@ class CrashOrHold(EchoService):
         return {"served": method}
 
 
-def _wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
-
-
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_worker_loss_fails_only_the_requests_that_worker_held(tmp_path: Path) -> None:
     """Two workers behind one proxy, which deals requests to them in turn: X serves `hold`
@@ -192,7 +187,7 @@ def test_a_worker_loss_fails_only_the_requests_that_worker_held(tmp_path: Path) 
         hold, first, queued, crash = (client.submit(method, {}) for method in
                                       ("hold", "echo", "echo", "crash"))  # X, Y, X, Y
         workers = built.threads[1:]
-        _wait_for(lambda: not all(t.is_alive() for t in workers), "no worker died")
+        wait_until(lambda: not all(t.is_alive() for t in workers), 30, "a worker to die")
         lost = built.workers[[t.is_alive() for t in workers].index(False)]
         built.add_worker(lost.worker_id, CrashOrHold(gate))  # restarted: a new incarnation
         outcome: list[Any] = []
@@ -200,8 +195,8 @@ def test_a_worker_loss_fails_only_the_requests_that_worker_held(tmp_path: Path) 
         waiting.start()
         # The client probes both live workers (each probe: identity and head frames, after
         # the 4 x 2 of the requests); X can answer only once `hold` is done.
-        _wait_for(lambda: built.proxy.stats["frontend_frames_in"] > 8 or not waiting.is_alive(),
-                  "the client never probed the live workers")
+        wait_until(lambda: built.proxy.stats["frontend_frames_in"] > 8 or not waiting.is_alive(),
+                   30, "the client to probe the live workers")
         gate.set()
         waiting.join(30)
         assert isinstance(outcome[0], WorkerLost)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 import ray
@@ -16,6 +17,7 @@ from runtime.aux.errors import AuxStartupError
 from runtime.aux.refresh import WeightPublisher
 from runtime.fleet import FleetReporter, ServiceSummary, WorkerSample, start_monitor
 from runtime.planner import NodeCapacity, PlanInput, ServiceDemand, WorkerRequest, plan_capacity
+from testing.wait import wait_until
 from tests.runtime_train.versioned import consistent, weights
 
 pytestmark = pytest.mark.slow
@@ -44,18 +46,17 @@ def test_killed_worker_restarts_and_requests_in_flight_are_retried(local_ray: No
         assert handle.endpoints[0].weight == 2
         client = AuxClient(handle, rank=0)
         pending = [client.submit("sleep", {"seconds": 0.05, "i": i}) for i in range(40)]
-        time.sleep(0.3)
-        ray.kill(coordinator.actors["echo"][0], no_restart=False)  # mid-stream
-        results = [client.result(request)["i"] for request in pending]
+        first = client.result(pending[0])["i"]  # serving has begun: the kill is mid-stream
+        ray.kill(coordinator.actors["echo"][0], no_restart=False)
+        results = [first, *(client.result(request)["i"] for request in pending[1:])]
         assert results == list(range(40))  # every request answered despite the kill
         assert client.call("echo", {"after": True})["after"] is True
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def restarted() -> Any:
             summary = ray.get(monitor.summaries.remote())["echo"]
-            if summary.restarts >= 1 and summary.workers_known == 2:
-                break
-            time.sleep(0.2)
-        assert summary.restarts >= 1
+            return summary if summary.restarts >= 1 and summary.workers_known == 2 else None
+
+        summary = wait_until(restarted, 60, "the FleetMonitor to count the restart")
         assert summary.process_ms_p50 > 0
     finally:
         coordinator.shutdown()
@@ -76,10 +77,8 @@ def test_refreshes_reach_every_worker_and_a_killed_one_returns_current(
         handle = coordinator.start()["versioned"]
         assert handle.refresh is not None and handle.refresh.backend == "gloo"
         publisher = WeightPublisher(handle.refresh)
-        deadline = time.monotonic() + 120
-        while len(publisher.workers) < 2:
-            assert time.monotonic() < deadline, "the workers never joined the refresh group"
-            time.sleep(0.1)
+        wait_until(lambda: len(publisher.workers) >= 2, 120,
+                   "both workers to join the refresh group")
         for version in (1, 2, 3):
             publisher.publish(weights(version))
         client = AuxClient(handle, rank=0)
@@ -89,8 +88,9 @@ def test_refreshes_reach_every_worker_and_a_killed_one_returns_current(
                                                         survivor.info.remote()])}
         ray.kill(victim, no_restart=False)
         replies: list[dict] = []
+        deadline = time.monotonic() + 240
         while not replies or replies[-1]["worker"] in before:  # until the new process serves
-            assert time.monotonic() < deadline + 240, "the restarted worker never served"
+            assert time.monotonic() < deadline, "the restarted worker never served"
             replies.append(client.call("read"))
         publisher.publish(weights(4))
         assert client.call("read", min_version=4)["version"] == 4

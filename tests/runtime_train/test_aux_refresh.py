@@ -13,6 +13,7 @@ import pytest
 
 from runtime.aux.config import OnWorkerLoss
 from runtime.aux.refresh import RefreshHub, RefreshPoint, WeightPublisher
+from testing.wait import wait_until
 from tests.runtime_train.fabric import Fabric
 from tests.runtime_train.versioned import Versioned, consistent, weights
 
@@ -31,10 +32,8 @@ def refreshed(tmp_path: Path):
 
 
 def _wait_for_workers(publisher: WeightPublisher, count: int) -> None:
-    deadline = time.monotonic() + 120
-    while len(publisher.workers) < count:
-        assert time.monotonic() < deadline, "workers never joined the refresh group"
-        time.sleep(0.05)
+    wait_until(lambda: len(publisher.workers) >= count, 120,
+               f"{count} workers to join the refresh group")
 
 
 def test_versions_arrive_whole_under_concurrent_requests(refreshed) -> None:
@@ -70,9 +69,14 @@ def test_a_request_asking_for_a_version_waits_for_it(refreshed) -> None:
     pending = client.submit("read", min_version=1)  # nothing published yet: STALE, resent
     other = client.submit("read")  # any version: served now, while `pending`'s STALE waits
     assert client.result(other)["version"] == 0
-    time.sleep(0.3)
+    # Publish only once `pending` has been answered STALE (and sent again): it has waited.
+    entry, answer = client._pending[pending], {}
+    waiter = threading.Thread(target=lambda: answer.update(client.result(pending)))
+    waiter.start()
+    wait_until(lambda: entry.stale >= 1, 60, "a STALE answer to the request for version 1")
     publisher.publish(weights(1))
-    assert client.result(pending)["version"] == 1
+    waiter.join(60)
+    assert answer["version"] == 1
 
 
 def test_a_restarted_worker_serves_the_newest_version_first(refreshed) -> None:

@@ -3,8 +3,6 @@ thread while `fit` runs (a real Ray actor)."""
 
 from __future__ import annotations
 
-import time
-
 import ray
 
 from runtime.fleet import FleetState, WorkerSample
@@ -16,6 +14,7 @@ from runtime.run.progress import (
     printing,
     start_progress,
 )
+from testing.wait import wait_until
 
 
 def test_events_read_as_one_line_each() -> None:
@@ -42,11 +41,10 @@ def test_the_driver_prints_what_rank_0_records_in_order(local_ray: None) -> None
         recorder = ProgressRecorder("progresstest", steps=4, unit="tokens",
                                     loss_unit="nats/token")
         recorder.step(3, 0.5, done=256, metrics={"bits/byte": 0.72})
-        deadline = time.monotonic() + 120  # an upper bound: an actor starts slowly under load
-        while not lines and time.monotonic() < deadline:
-            time.sleep(0.05)
+        # an upper bound: an actor starts slowly under load
+        wait_until(lambda: lines, 120, "the first progress line")
         # while the body runs
-        assert lines and lines[0].startswith("step 3/4  loss 0.50000 nats/token  0.7200 bits/byte")
+        assert lines[0].startswith("step 3/4  loss 0.50000 nats/token  0.7200 bits/byte")
         assert lines[0].endswith(" tokens/s")
         recorder.checkpoint(3, background=False)
         recorder.step(4, 0.25, done=256, metrics={})

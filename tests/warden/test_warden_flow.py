@@ -19,6 +19,7 @@ from runtime.warden import memory
 from runtime.warden.model import Incident, ShrinkRequest, Trigger, node_workflow_id
 from runtime.warden.reservations import parse_stamp, stamp
 from runtime.warden.triggers import request_shrink, trigger_node
+from testing.wait import wait_until
 from testing.warden import RecordedEvents, gpu_node, running_pod
 from tests.warden.conftest import RunningWorker, fast_config
 
@@ -26,14 +27,8 @@ pytestmark = pytest.mark.slow
 
 
 def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 60.0) -> Any:
-    """Poll until the predicate holds; fail naming what never happened."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for: {what}")
+    """Poll until the predicate holds (its value); fail naming what never happened."""
+    return wait_until(predicate, timeout, what)
 
 
 def result(loop, temporal, node: str) -> Incident:
