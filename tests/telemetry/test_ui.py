@@ -157,6 +157,7 @@ def write_store(dsn: str) -> None:
         store.insert("train_steps", _steps(RUN, STEPS) + _steps(EVIL, 3))
         store.insert("collectives", _collectives(RUN))
         store.insert("fleet_summaries", _fleet(RUN))
+        store.insert_raw("sample_ledger_raw", "JSONEachRow", _ledger(RUN))
         store.insert("events", [
             _event(RUN, "Started", T0, f"run {RUN} started"),
             _event(RUN, "Succeeded", end, f"run {RUN} finished"),
@@ -166,6 +167,22 @@ def write_store(dsn: str) -> None:
             {**_event("", "Cordoned", end, "node-1: XID 79 " + EVIL_MESSAGE, source="warden"),
              "object_kind": "Node", "object_name": "node-1", "node": "node-1"},
         ])
+
+
+SAMPLES = 32  # a rank's samples a step (TOKENS / 128)
+
+
+def _ledger(run: str) -> bytes:
+    """The run's sample ledger: every rank trained its slot of each step's global batch."""
+    started = int(T0.timestamp() * 1e9)
+    lines = [{"run_id": run, "started": started, "origin": "fresh", "resumed_from": 0,
+              "step": step + 1, "group": -1, "rank": rank, "pid": 100 + rank,
+              "at": T0.timestamp() + (step + 1) * STEP_S, "slot": rank, "slots": RANKS,
+              "epoch_size": 10**6, "starts": [step * RANKS * SAMPLES + rank * SAMPLES],
+              "count": SAMPLES, "batch_starts": [step * RANKS * SAMPLES],
+              "batch_count": RANKS * SAMPLES}
+             for step in range(STEPS) for rank in range(RANKS)]
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()
 
 
 @dataclass
@@ -266,6 +283,15 @@ def test_run_page_has_curves_fleet_placement_and_events(ui) -> None:
     assert [(p["rank"], p["pod"], p["node"]) for p in workers] == [
         (r, f"{RUN}-worker-{r}", f"node-{r // 2}") for r in range(RANKS)]
     assert [e["reason"] for e in page["events"]] == ["Succeeded", "Started"]
+
+
+def test_run_page_has_the_sample_ledgers_verdict(ui) -> None:
+    ledger = ui.json(f"/api/runs/{urllib.parse.quote(RUN, safe='')}")["ledger"]
+    assert ledger["available"] and ledger["exactly_once"]
+    assert ledger["headline"] == (f"exactly once: {STEPS * RANKS * SAMPLES} samples "
+                                  f"[0, {STEPS * RANKS * SAMPLES}) up to step {STEPS}")
+    none = ui.json(f"/api/runs/{urllib.parse.quote(EVIL, safe='')}")["ledger"]
+    assert none["available"] is False and "no sample ledger" in none["message"]
 
 
 def test_run_page_has_each_ranks_throughput_mfu_memory_and_step_time(ui) -> None:

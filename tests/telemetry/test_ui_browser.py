@@ -112,6 +112,8 @@ def test_runs_list_then_a_run_with_curves_heatmap_and_stragglers(ui, page, artif
         expect(line).to_have_attribute("data-points", str(STEPS))
         assert line.get_attribute("d").count("L") == STEPS - 1, chart  # one segment a step
     expect(page.locator('svg[data-chart="loss"] path.band')).to_have_count(1)
+    expect(page.locator("#ledger-card .badge.ok")).to_have_text("exactly once")
+    expect(page.locator("#ledger-verdict")).to_contain_text(f"up to step {STEPS}")
     for chart in ("rank-tokens", "rank-mfu", "rank-memory", "rank-step-time"):
         lines = page.locator(f'svg[data-chart="{chart}"] path.series')
         expect(lines).to_have_count(RANKS)  # one line a rank, one point a step each
@@ -161,6 +163,7 @@ def test_markup_in_run_names_and_messages_stays_text(ui, page) -> None:
     expect(page.locator("#run-name")).to_have_text(EVIL)
     expect(page.locator("#run-events-card")).to_contain_text(EVIL_MESSAGE)
     expect(page.locator("#no-stragglers")).to_contain_text("no collective samples")
+    expect(page.locator("#no-ledger")).to_contain_text("no sample ledger")
     for injected in ("main img", "main b", "main script"):
         assert page.locator(injected).count() == 0, injected
     assert page.evaluate("window.__pwned") is None

@@ -2,7 +2,8 @@
 
 The queries are the `sql/ui_*.sql` files (reusable with `gkr telemetry sql`); this module picks
 their resolution (a long run draws about a thousand points, not a million) and shapes the rows
-for the page. The straggler heatmap is `stragglers.analyze` folded into rank-by-window cells.
+for the page. The straggler heatmap is `stragglers.analyze` folded into rank-by-window cells;
+the sample ledger's verdict is `ledger_store.run_verdict`'s, in its own words.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from runtime.errors import Category, RuntimeFailure
-from runtime.telemetry import stragglers
+from runtime.telemetry import ledger_store, stragglers
 from runtime.telemetry.store import Store, describe, sql_file
 from runtime.telemetry.stragglers import RankSummary, StragglerReport
 
@@ -65,7 +66,19 @@ def run_page(store: Store, run: str) -> dict[str, Any]:
         "placement": store.query(sql_file("ui_placement.sql"), {"run": run}).dicts(),
         "ranks": rank_view(store, run, about["last_step"] or 0),
         "events": events(store, run),
+        "ledger": ledger_view(store, run),
     }
+
+
+def ledger_view(store: Store, run: str) -> dict[str, Any]:
+    """Whether the run trained every sample exactly once (`available` False, with the reason,
+    when it has no ledger): the verdict's headline and its explanation."""
+    try:
+        verdict = ledger_store.run_verdict(store, run)
+    except ledger_store.NoLedger as error:
+        return {"available": False, "message": str(error)}
+    return {"available": True, "exactly_once": verdict.exactly_once,
+            "headline": verdict.headline(), "text": verdict.explain()}
 
 
 def rank_view(store: Store, run: str, last_step: int) -> dict[str, Any]:

@@ -589,6 +589,16 @@ async function markLive(section) {
   }
 }
 
+// The sample ledger's verdict (runtime/telemetry/ledger_verdict.py), in its own words.
+function ledgerCard(ledger) {
+  const body = ledger.available
+    ? [badge(ledger.exactly_once ? "exactly once" : "not exactly once",
+             ledger.exactly_once ? "ok" : "bad"),
+       el("pre", {class: "verdict", id: "ledger-verdict"}, ledger.text)]
+    : [el("p", {class: "muted", id: "no-ledger"}, ledger.message)];
+  return card("Samples: trained exactly once?", "ledger-card", ...body);
+}
+
 async function runPage(main, run) {
   document.title = `gkr ui: ${run}`;
   main.replaceChildren(el("p", {class: "muted"}, "loading…"));
@@ -599,6 +609,7 @@ async function runPage(main, run) {
   main.replaceChildren(
     runHeader(page.summary),
     card("Training", "training-card", trainingCharts(page.steps)),
+    ledgerCard(page.ledger),
     card("Ranks: throughput, MFU, memory and step time", "ranks-card", rankSection(page.ranks)),
     card("Auxiliary services", "fleet-card", fleetSection(page.fleet, page.health)),
     stragglers.section, placement,
