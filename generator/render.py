@@ -213,7 +213,10 @@ _WORKER: tuple[Path, Catalog, Path | None] | None = None
 
 
 def _adopt(root: Path, catalog: Catalog, cache_folder: Path | None) -> None:
+    from runtime.procs import die_with_parent  # here: `gkr` starts without multiprocessing
+
     global _WORKER
+    die_with_parent()  # a SIGKILLed render left its idle workers running for ever
     _WORKER = (root, catalog, cache_folder)
 
 

@@ -36,6 +36,7 @@ from generator.resolve import ResolvedJob
 from generator.yamlio import FieldPath, LineMap, line_of, load_document, read_input, refusal
 from runtime.diloco.config import with_deployment
 from runtime.errors import ConfigError, FieldProblem
+from runtime.procs import die_with_parent
 
 MODULE = "runtime.train"
 USAGE = "python -m runtime.train CONFIG.yaml [key=value ...]"
@@ -87,7 +88,8 @@ def start_training_check(root: Path, jobs: Iterable[ResolvedJob]) -> Callable[[]
     runs, unchecked = training_runs(root, jobs)
     if not runs:
         return lambda: TrainingReport(unchecked=unchecked)
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"),
+                               initializer=die_with_parent)
     future = pool.submit(check_runs, root, runs)
 
     def finish() -> TrainingReport:

@@ -23,6 +23,7 @@ steps in the in-cluster Job.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,7 @@ from runtime.crash.layout import PROMPT, Layout
 from runtime.crash.report import PATCH, REPORT, DiagnosisReport, parse_report
 from runtime.errors import Category, RuntimeFailure
 from runtime.identity import Env
+from runtime.procs import tied_argv
 
 DIAGNOSIS = "diagnosis"  # the bundle's subfolder holding the answer and the decision
 AGENT_LOG = "agent.log"
@@ -86,13 +88,17 @@ def command_argv(command: Sequence[str], layout: Layout) -> list[str]:
 def run_agent(command: Sequence[str], layout: Layout, env: Mapping[str, str],
               timeout_s: float) -> AgentRun:
     """Run the agent in the workspace, the prompt on its stdin, its output to agent.log; at
-    the time limit its whole process group is killed."""
+    the time limit its whole process group is killed, and it is killed with this process
+    (runtime.procs: a SIGKILLed runner left it running)."""
     log = layout.root / AGENT_LOG
     argv = command_argv(command, layout)
+    if not _found(argv[0], env, layout.root):
+        raise AgentFailed(f"cannot start the agent {argv[0]!r}: not found "
+                          f"(PATH {env.get('PATH')!r})")
     with log.open("wb") as output, layout.prompt.open("rb") as prompt:
         try:
-            process = subprocess.Popen(argv, cwd=layout.root, env=dict(env), stdin=prompt,
-                                       stdout=output, stderr=subprocess.STDOUT,
+            process = subprocess.Popen(tied_argv(argv), cwd=layout.root, env=dict(env),
+                                       stdin=prompt, stdout=output, stderr=subprocess.STDOUT,
                                        start_new_session=True)
         except OSError as error:
             raise AgentFailed(f"cannot start the agent {argv[0]!r}: {error.strerror or error}"
@@ -103,6 +109,14 @@ def run_agent(command: Sequence[str], layout: Layout, env: Mapping[str, str],
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             return AgentRun(None, log)
+
+
+def _found(program: str, env: Mapping[str, str], cwd: Path) -> bool:
+    """Whether exec finds `program` as Popen would (a name on env's PATH, a path from cwd):
+    the agent starts behind runtime.procs, so a missing one is not Popen's OSError."""
+    if os.sep in program:
+        return os.access(cwd / program, os.X_OK)
+    return shutil.which(program, path=env.get("PATH", os.defpath)) is not None
 
 
 def read_answer(layout: Layout, run: AgentRun, run_id: str) -> tuple[DiagnosisReport, bytes]:

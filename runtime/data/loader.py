@@ -39,6 +39,7 @@ from runtime.data.sources import (
     dataset_lengths,
 )
 from runtime.errors import RuntimeFailure
+from runtime.procs import FORKSERVER_PRELOAD
 
 _POLL_S = 0.2
 SourceFactory = Callable[[], SampleSource]
@@ -111,7 +112,7 @@ class _Running:
         self, ctx: Any, config: DataConfig, source: SourceFactory | None
     ) -> dict[str, Any]:
         if config.start_method == "forkserver":  # no effect once this process's server runs
-            ctx.set_forkserver_preload([stages.__name__, "numpy.random"])
+            ctx.set_forkserver_preload([FORKSERVER_PRELOAD, stages.__name__, "numpy.random"])
         plan: dict[str, tuple[Any, ...]] = {}
         for i in range(config.producers):
             plan[f"producer-{i}"] = (stages.producer, config, source)

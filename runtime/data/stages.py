@@ -22,6 +22,7 @@ from runtime.data.config import DataConfig
 from runtime.data.schedule import GlobalSchedule, RankBatch, SamplerState
 from runtime.data.shm import SlotRing, pack, unpack
 from runtime.data.sources import LocalSource, SampleSource
+from runtime.procs import die_with_parent
 
 _POLL_S = 0.1
 # What fills a chunk slot and a batch slot, for the error that says one does not fit.
@@ -102,7 +103,9 @@ def acquire(sem: Any, links: Links) -> None:
 
 
 def run_stage(name: str, links: Links, body: Callable[..., None], *args: Any) -> None:
-    """Process entry point: run `body`, turning a failure into a report on the error queue."""
+    """Process entry point: run `body`, turning a failure into a report on the error queue.
+    The stage dies with the rank (runtime.procs)."""
+    die_with_parent()
     try:
         body(links, *args)
     except Stopped:

@@ -27,6 +27,7 @@ from runtime.diloco.errors import DilocoError
 from runtime.diloco.keys import SYNCHRONISER as SYNCHRONISER_KEYS
 from runtime.diloco.keys import experiment_files, write_files
 from runtime.identity import Env
+from runtime.procs import tied_argv
 from runtime.run.config import TrainConfig
 from runtime.telemetry.store import default_dsn
 
@@ -139,7 +140,7 @@ class _Process:
 
     def __init__(self, argv: list[str], name: str, env: dict[str, str], echo: Printer) -> None:
         self.name, self.echo = name, echo
-        self.process = subprocess.Popen(argv, env={**os.environ, **env}, text=True,
+        self.process = subprocess.Popen(tied_argv(argv), env={**os.environ, **env}, text=True,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, args=(self.process.stdout,),

@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 
 from runtime.preflight.config import PreflightConfig
 from runtime.preflight.result import Finding
+from runtime.procs import die_with_parent
 
 ITERATIONS = 5
 
@@ -56,7 +57,9 @@ def _all_gather(world: int, device: torch.device, elements: int, rank: int) -> d
 
 
 def _rank(rank: int, world: int, port: int, backend: str, mib: float, out: Any) -> None:
-    """One process of the test (spawned; module-level so that it pickles)."""
+    """One process of the test (spawned; module-level so that it pickles), which dies with
+    the preflight (runtime.procs)."""
+    die_with_parent()
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(device)
