@@ -402,3 +402,22 @@ def test_gkr_ledger_says_exactly_once_names_the_damage_and_exits_by_it(
 
     code, _, err = gkr("ledger", "run-2", "--folder", str(ledger), "--dsn", dsn)
     assert code == 2 and "no sample ledger" in err and "--folder" in err
+
+
+def test_a_line_as_fluent_bit_posts_it_lands_with_the_pods_identity(tmp_path: Path) -> None:
+    """The cluster path (generator/platform/telemetry.py): the ledger line plus the keys
+    Fluent Bit adds (the path's namespace, job and run; cluster, node, team), posted as
+    JSONEachRow with unknown keys skipped, is a row carrying the pod's identity."""
+    run = _run()
+    shipped = run.rows[0] | {"namespace": "team-llm", "job": "llm-7b", "run": "run-1",
+                             "cluster": "usc1-prod", "node": "gpu-node-3", "team": "llm",
+                             "extra": "a key the table lacks"}
+    with Store.connect(f"chdb://{tmp_path / 'store'}") as store:
+        store.command("SET input_format_skip_unknown_fields = 1")
+        store.insert_raw("sample_ledger_raw", "JSONEachRow", json.dumps(shipped).encode())
+        (row,) = store.query("SELECT cluster, namespace, team, job, run, node, replica_group, "
+                             "rank, role, step FROM sample_ledger").dicts()
+    assert row == {"cluster": "usc1-prod", "namespace": "team-llm", "team": "llm",
+                   "job": "llm-7b", "run": "run-1", "node": "gpu-node-3",
+                   "replica_group": shipped["group"], "rank": shipped["rank"],
+                   "role": "worker", "step": shipped["step"]}
