@@ -25,6 +25,7 @@ import torch
 
 from runtime.data.synthetic import SyntheticFeatures
 from runtime.run.config import TrainConfig, build_config
+from runtime.telemetry.ledger_verdict import Entries, Verdict, judge
 
 DATASET = "testing.ft.PacedFeatures"
 REQUEST = "request-kill"
@@ -37,13 +38,18 @@ class PacedFeatures(SyntheticFeatures):
     of a sample at or beyond it (the stream reaches it whoever reads it)."""
 
     def __init__(self, folder: str, pace_s: float = 0.0, kill_at: tuple[int, ...] = (),
-                 kill_after: tuple[int, ...] = (), **kw: int) -> None:
+                 kill_after: tuple[int, ...] = (), served: bool = False, **kw: int) -> None:
+        """`served`: read only by an auxiliary producer service; a read in a rank's own
+        producer fails (the service was bypassed)."""
         super().__init__(**kw)
         self.folder, self.pace_s, self.kill_at = Path(folder), pace_s, set(kill_at)
-        self.kill_after = sorted(kill_after)
+        self.kill_after, self.served = sorted(kill_after), served
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if mp.parent_process() is not None:  # in a producer, whose parent is the rank
+            if self.served:
+                raise RuntimeError(f"sample {index} read by a rank's own producer, not by "
+                                   "the producer service")
             self._kill(index)
         if self.pace_s and (self.folder / "pace").exists():
             time.sleep(self.pace_s)
@@ -107,9 +113,11 @@ def kill_rank_once(folder: Path, name: str) -> bool:
 
 
 def config(folder: Path, *, pace_s: float = 0.0, kill_at: tuple[int, ...] = (),
-           kill_after: tuple[int, ...] = (), batch: int = 4,
+           kill_after: tuple[int, ...] = (), batch: int = 4, served: bool = False,
            **sections: dict[str, Any]) -> TrainConfig:
-    """A run whose sections are these defaults updated by `sections` (one level deep)."""
+    """A run whose sections are these defaults updated by `sections` (one level deep).
+    `served`: the samples come from an auxiliary producer service, `loader`
+    (runtime.data.aux_producer), and only from there."""
     folder.mkdir(parents=True, exist_ok=True)
     raw: dict[str, dict[str, Any]] = {
         "run": {"name": "ft", "steps": 20, "log_every": 1, "local_cpus": 8},
@@ -122,7 +130,7 @@ def config(folder: Path, *, pace_s: float = 0.0, kill_at: tuple[int, ...] = (),
                    "dp_shard": 1},
         "data": {"datasets": [{"name": "features", "_target_": DATASET,
                      "folder": str(folder), "pace_s": pace_s, "kill_at": list(kill_at),
-                     "kill_after": list(kill_after),
+                     "kill_after": list(kill_after), "served": served,
                      "length": 200_000, "dim": 8}],
                  "batch_size": batch, "shuffle": False, "producers": 1, "prefetch_batches": 1,
                  "start_method": "fork"},
@@ -131,17 +139,28 @@ def config(folder: Path, *, pace_s: float = 0.0, kill_at: tuple[int, ...] = (),
     }
     for name, values in sections.items():
         raw[name] = {**raw.get(name, {}), **values}
+    if served:
+        service = {"impl": "runtime.data.aux_producer:ProducerService", "ratio": 8,
+                   "options": {"data": dict(raw["data"])}}
+        raw["aux"] = {"services": {"loader": service}}
+        raw["data"]["producer_service"] = "loader"
     # Every rank a whole replica (DDP); with torchft, every rank of each group.
     raw["layout"].setdefault("dp_replicate", -1)
     return build_config(raw, "test")
 
 
 def ledger(folder: Path) -> list[dict[str, Any]]:
-    """Every committed step of every rank, as the sample ledger holds it."""
+    """Every committed step of every rank incarnation, as the sample ledger holds it (the
+    files runtime.telemetry.ledger writes under `folder`, any run)."""
     lines = []
-    for path in sorted(folder.glob("*.jsonl")):
+    for path in sorted(folder.rglob("*.jsonl")):
         lines += [json.loads(line) for line in path.read_text().splitlines() if line]
     return lines
+
+
+def verdict(folder: Path) -> Verdict:
+    """The sample ledger's verdict over the files under `folder`."""
+    return judge(Entries.from_rows(ledger(folder)))
 
 
 def kills(folder: Path) -> list[dict[str, Any]]:

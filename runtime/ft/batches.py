@@ -18,52 +18,32 @@ replacement group continues the stream where the others are. A step's micro-batc
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from runtime.data.config import DataConfig
 from runtime.data.loader import DataPipeline, SourceFactory
-from runtime.data.schedule import SamplerState
+from runtime.data.schedule import SamplerState, Span
 
 Layout = tuple[int, int]  # (this rank's slot, the world of this step)
-
-
-class SampleLedger:
-    """Appends the sample indices of every committed step of one rank to a JSON-lines file."""
-
-    def __init__(self, folder: str, group: int, rank: int) -> None:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        self.path = Path(folder) / f"group-{group}-rank-{rank}.jsonl"
-        self.group, self.rank = group, rank
-
-    def record(self, step: int, layout: Layout, indices: list[int]) -> None:
-        """One committed step: who trained which samples, in which slot, and when."""
-        line = {"step": step, "group": self.group, "rank": self.rank, "pid": os.getpid(),
-                "at": time.time(), "slot": layout[0], "slots": layout[1], "indices": indices}
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line) + "\n")
 
 
 class QuorumBatches:
     """This rank's batches, placed in the global stream by the current quorum."""
 
     def __init__(self, config: DataConfig, layout: Callable[[], Layout],
-                 ledger: SampleLedger | None = None, source: SourceFactory | None = None) -> None:
+                 source: SourceFactory | None = None) -> None:
         """`source`: where the producers get samples (DataPipeline's: an auxiliary producer
         service, runtime.data.aux_producer.remote_source); None: the rank's own datasets."""
-        self.config, self.layout, self.ledger, self.source = config, layout, ledger, source
+        self.config, self.layout, self.source = config, layout, source
         self.committed = SamplerState().to_dict()
         self.pending: dict[str, int] | None = None  # the position after the step in flight
         self.pipeline: DataPipeline | None = None
         self.running: Layout | None = None
         self.indices: list[int] = []  # the step's samples so far, every micro-batch
-        self.spans: list[Any] = []  # the Span of every micro-batch handed out since `taken`
+        self.spans: list[Span] = []  # the Span of every micro-batch handed out since `taken`
 
     def __iter__(self) -> QuorumBatches:
         return self
@@ -77,9 +57,8 @@ class QuorumBatches:
         batch = next(self.pipeline)
         self.pending = self.pipeline.state_dict()
         self.indices += _indices(batch)
-        span = getattr(self.pipeline, "last_span", None)
-        if span is not None:
-            self.spans.append(span)
+        if self.pipeline.last_span is not None:
+            self.spans.append(self.pipeline.last_span)
         return batch["input"] if isinstance(batch, dict) else batch
 
     def _restart(self, layout: Layout) -> None:
@@ -89,20 +68,16 @@ class QuorumBatches:
                                      state=self.committed, source=self.source)
         self.running, self.pending, self.indices = layout, None, []
 
-    def taken(self) -> list[Any]:
+    def taken(self) -> list[Span]:
         """The spans of the batches handed out since the last call (a discarded step's are
         gone), for the sample ledger; cleared by the call."""
         spans, self.spans = self.spans, []
         return spans
 
-    def commit(self, step: int) -> None:
+    def commit(self) -> None:
         """The step's update was applied: its samples are trained, the stream moves on."""
-        if self.pending is None:
-            return
-        self.committed, self.pending = self.pending, None
-        if self.ledger is not None and self.running is not None:
-            self.ledger.record(step, self.running, self.indices)
-        self.indices = []
+        if self.pending is not None:
+            self.committed, self.pending, self.indices = self.pending, None, []
 
     def discard(self) -> None:
         """The step was not committed: its samples go back to the stream."""

@@ -31,9 +31,11 @@ the run with that message.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, cast
 
 import ray
@@ -52,7 +54,7 @@ from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
 
 from runtime.data.loader import SourceFactory
 from runtime.errors import RuntimeFailure
-from runtime.ft.batches import QuorumBatches, SampleLedger
+from runtime.ft.batches import QuorumBatches
 from runtime.ft.config import FaultToleranceConfig
 from runtime.ft.listen import pod_bound_managers
 from runtime.ft.origin import Origin, resumed
@@ -65,6 +67,7 @@ from runtime.parallel.mesh import build_mesh, mesh_shape
 from runtime.run.batches import BatchSource
 from runtime.run.config import TrainConfig
 from runtime.run.progress import Notice, progress_name
+from runtime.telemetry.ledger import LedgerWriter
 
 log = logging.getLogger(__name__)
 SHRINK_WAIT_S = 60.0  # at the end, how long a shrink request in flight may still take
@@ -241,6 +244,8 @@ class ReplicaGroup:
         self.size = train.get_world_size()
         self.quorum, self.healed, self.seen = Quorum(), False, -1
         self.start, self.trained = Origin("fresh", 0), False  # `trained`: a step committed
+        self.ledger: LedgerWriter | None = None
+        self.began = time.time_ns()  # when this incarnation started (the ledger's `started`)
         self.board = ray.get_actor(board_name(run_id))
         self.board.register.remote(self.index, self.rank, Identity.from_env().pod)
         store, address = _group_store(self.rank)
@@ -320,9 +325,7 @@ class ReplicaGroup:
         """This rank's slot of the global stream, as the quorum places it; `source`: an
         auxiliary producer service's (runtime.data.aux_producer.remote_source)."""
         assert config.data is not None  # the config validator requires it with fault tolerance
-        folder = self.ft.sample_ledger
-        ledger = SampleLedger(folder, self.index, self.rank) if folder else None
-        self.loader = QuorumBatches(config.data, self._layout, ledger, source)
+        self.loader = QuorumBatches(config.data, self._layout, source)
         return self.loader
 
     def _layout(self) -> tuple[int, int]:
@@ -382,9 +385,23 @@ class ReplicaGroup:
         if step == self.stepper.started_at:
             self.loader.discard()
             return None
-        self.loader.commit(step)
+        self.loader.commit()
+        self._record(step)
         self.trained = True
         return int(step)
+
+    def _record(self, step: int) -> None:
+        """The step's spans in the sample ledger (`fault_tolerance.sample_ledger`), whose
+        writer starts at the first commit: only then is the origin known."""
+        assert self.loader is not None
+        folder = self.ft.sample_ledger
+        if folder is None:
+            return
+        if self.ledger is None:
+            self.ledger = LedgerWriter(Path(folder), self.run_id, self.index,
+                                       self.index * self.size + self.rank, self.start.kind,
+                                       self.start.step, started=self.began)
+        self.ledger.record(step, self.loader.taken())
 
     def origin(self) -> Origin:
         """"heal" when the group healed from a live peer before its first committed step;
@@ -414,6 +431,8 @@ class ReplicaGroup:
             if self.started is not None:
                 self.started.shutdown(wait=False)
             self.watchdog.close()
+            if self.ledger is not None:
+                self.ledger.close()
         if isinstance(error, RunOver):
             return True
         if not isinstance(error, QuorumLost):

@@ -29,6 +29,7 @@ from runtime.tasks.base import StepLoss, TaskContext
 from runtime.tasks.distill import Distillation
 from runtime.train.check import check_run
 from runtime.train.driver import TrainResult, run_training
+from testing.ft import ledger
 
 BATCH, GROUP, STEPS = 4, 2, 12
 # Float32 sums of the same 4 gradients in another order differ in the last bits (~1e-7
@@ -111,12 +112,10 @@ def _losses(folder: Path, key: str = "loss") -> dict[int, list[float]]:
 
 
 def _ledger(folder: Path) -> dict[tuple[int, int], list[dict[str, Any]]]:
-    """The committed steps of each (group, rank), from the sample ledger."""
+    """The committed steps of each (group, rank in the group), from the sample ledger."""
     out: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
-    for path in sorted(folder.glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            entry = json.loads(line)
-            out[entry["group"], entry["rank"]].append(entry)
+    for entry in ledger(folder):
+        out[entry["group"], entry["rank"] - entry["group"] * GROUP].append(entry)
     return out
 
 

@@ -94,7 +94,7 @@ def _one_step(members: list[Group], committers: list[Group], accum: int) -> None
     samples = list(range(ahead.position, ahead.position + accum * world * BATCH))
     for group in members:
         if group in committers:
-            group.batches.commit(group.step + 1)
+            group.batches.commit()
             group.step, group.position = group.step + 1, group.position + len(samples)
             group.trained += samples
             assert group.batches.state_dict() == {"epoch": 0, "offset": group.position}

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 import torch.distributed as dist
 
-from runtime.ft.watchdog import EXIT_CODE, Watchdog
+from runtime.ft.watchdog import BEATS_PER_TIMEOUT, EXIT_CODE, Watchdog
+from testing.wait import wait_until
 
 TIMEOUT_S = 1.0
 
@@ -32,15 +33,23 @@ def _rank(port: int, rank: int, work_s: float) -> None:
 
 def _start(port: int, work_s: tuple[float, float]) -> list[mp.process.BaseProcess]:
     ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_rank, args=(port, rank, work_s[rank])) for rank in (0, 1)]
+    procs: list[mp.process.BaseProcess] = [
+        ctx.Process(target=_rank, args=(port, rank, work_s[rank])) for rank in (0, 1)]
     for proc in procs:
         proc.start()
     return procs
 
 
+def _beats(port: int, rank: int) -> int:
+    """How often `rank` has beaten (the watchdog's counter in the store)."""
+    client = dist.TCPStore("127.0.0.1", port, is_master=False)
+    return int(client.add(f"gkr/alive/{rank}", 0))
+
+
 def test_a_killed_shard_takes_its_whole_group_down(store: int) -> None:
     rank0, rank1 = _start(store, (120.0, 120.0))
-    time.sleep(2 * TIMEOUT_S)  # both beating
+    wait_until(lambda: min(_beats(store, 0), _beats(store, 1)) >= 2 * BEATS_PER_TIMEOUT,
+               60, "both ranks beating for a timeout's length")
     assert rank0.is_alive()
     os.kill(rank1.pid or 0, signal.SIGKILL)
     rank0.join(60)  # generous under load; it goes after TIMEOUT_S of silence
