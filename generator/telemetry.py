@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from generator.units import Quantity
 from runtime.identity import Env
+from runtime.telemetry.ledger import LEDGER_DIR
 
 # The runtime's names (runtime/telemetry/store.py DATABASE, runtime/telemetry/inspector.py
 # RAW_TABLE, created by runtime/telemetry/schema/0002_nccl_raw.sql); a test checks they agree.
@@ -30,6 +31,9 @@ READER_USER: Final = "reader"  # reads only (gkr ui, Grafana, agents)
 # The job's folder in every GPU pod; Flight Recorder dumps go to its `fr/` subfolder.
 POD_DUMP_DIR: Final = "/gkr/telemetry"
 FR_SUBFOLDER: Final = "fr"
+# The sample ledger's files (runtime/telemetry/ledger.py): <run>/<incarnation>.jsonl in the
+# job's `ledger/` subfolder, on the node with the other dumps, so they outlive the pod.
+LEDGER_SUBFOLDER: Final = "ledger"
 DUMP_VOLUME: Final = "gkr-telemetry"
 
 # NCCL Inspector, NVIDIA/nccl plugins/profiler/inspector/README.md (reference/telemetry.md
@@ -112,11 +116,12 @@ def insert_uri() -> str:
 
 def collective_env(plugin: str | None) -> dict[str, str]:
     """What a GPU pod needs to record its collectives: the Flight Recorder always, the NCCL
-    Inspector where the accelerator catalog names its plugin."""
+    Inspector where the accelerator catalog names its plugin; and where its ranks keep the
+    sample ledger."""
     inspector = {
         NCCL_PROFILER_PLUGIN: plugin,
         NCCL_INSPECTOR_ENABLE: "1",
         NCCL_INSPECTOR_INTERVAL: str(INSPECTOR_INTERVAL_US),
         NCCL_INSPECTOR_DUMP_DIR: POD_DUMP_DIR,
     } if plugin else {}
-    return {**inspector, **FR_ENV}
+    return {**inspector, **FR_ENV, LEDGER_DIR: f"{POD_DUMP_DIR}/{LEDGER_SUBFOLDER}"}

@@ -34,4 +34,9 @@ class TelemetryConfig(_Section):
         description="Peak TFLOP/s of one device, for MFU; None: GKR_PEAK_TFLOPS (the "
                     "accelerator catalog's dense bf16 peak, in GPU pods), else no MFU.",
     )
+    ledger: bool = Field(
+        True, description="Keep the sample ledger: each rank's global sample spans of every "
+                          "committed step (runtime.telemetry.ledger), which `gkr ledger RUN` "
+                          "judges: every sample trained exactly once.",
+    )
     inject_delay: InjectDelay | None = Field(None, description="A deliberate straggler.")

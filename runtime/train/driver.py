@@ -50,6 +50,9 @@ from runtime.run.checkpointing import (
 )
 from runtime.run.config import TrainConfig
 from runtime.run.progress import printing, start_progress
+from runtime.telemetry.ledger import ledger_folder
+from runtime.telemetry.ledger_store import NoLedger, load_ledger, run_verdict
+from runtime.telemetry.store import Store
 from runtime.train.check import check_mesh, check_run
 from runtime.train.loop import LoopContext, train_loop
 from runtime.train.telemetry import Destination, RunTelemetry, destination
@@ -161,9 +164,13 @@ def run_training(config: TrainConfig, echo: Printer = print_now,
         monitor = start_monitor(run_id, stale_after_s=3 * every_s + 2)
         progress = start_progress(run_id)
         where = destination(config)
+        ledger = ledger_folder(where.dsn) if where and config.telemetry.ledger else None
+        context = LoopContext(config, plan, run_id, resume, where, ledger=ledger)
         with printing(progress, echo), recording(where, run_id, echo), \
                 bundling(config, run_id, echo, launch, where.dsn if where else None):
-            shrinks = _fit(config, plan, LoopContext(config, plan, run_id, resume, where), echo)
+            shrinks = _fit(config, plan, context, echo)
+        if where is not None and ledger is not None:
+            echo(judge_ledger(where.dsn, ledger, run_id))
         losses, fleet = _outcome(config, monitor, progress)
         times = tuple(ray.get(progress.step_times.remote()))
     result = TrainResult(run_id, plan, losses, fleet, resume, tuple(committed_steps(config)),
@@ -210,6 +217,19 @@ def recording(where: Destination | None, run_id: str, echo: Printer) -> Iterator
         telemetry.event("Succeeded", f"run {run_id} finished")
     finally:
         echo(telemetry.close())
+
+
+def judge_ledger(dsn: str, folder: Path, run_id: str) -> str:
+    """Load the ledger files this machine holds into the store (a local run: all of them;
+    in pods Fluent Bit ships each node's) and say whether every sample was trained once."""
+    with Store.connect(dsn) as store:
+        load_ledger(store, folder, run_id)
+        try:
+            verdict = run_verdict(store, run_id)
+        except NoLedger:
+            return (f"sample ledger: no rows for run {run_id} in the store yet; "
+                    f"`gkr ledger {run_id}` judges it once they are loaded")
+    return f"sample ledger: {verdict.headline()} (see `gkr ledger {run_id}`)"
 
 
 def _outcome(

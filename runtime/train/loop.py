@@ -6,7 +6,8 @@ schedule (runtime.components), lays the model out on the device mesh (runtime.pa
 FSDP2, HSDP, tensor parallelism), and takes optimizer steps of `step.grad_accum`
 micro-batches, each the task's loss of one batch. Before the first step the run
 resumes from a checkpoint when there is one (after Ray Train restarted the worker group,
-the newest one the run committed); after each step the hooks run: the FleetMonitor reporter
+the newest one the run committed); after each committed step the rank appends the samples
+it trained to the sample ledger (runtime.telemetry.ledger), then the hooks run: the FleetMonitor reporter
 on rank 0, then the checkpoint manager. Rank 0 records progress, checkpoints and fleet
 summaries in the run's progress actor, which the driver prints.
 
@@ -18,9 +19,11 @@ and the lowest group in the quorum speaks for the run; `Replica` hides the diffe
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,17 +40,19 @@ from runtime.checkpoint.training import TrainState
 from runtime.crash.capture import rank_failures
 from runtime.data.aux_producer import remote_source
 from runtime.data.config import DataConfig
+from runtime.data.schedule import Span
 from runtime.data.sources import build_datasets
 from runtime.diloco.learner import learner_for
 from runtime.fleet import FleetReporter, FleetSink, monitor_name, report_interval
 from runtime.ft.replica import Replica, ReplicaSpec, replica_for
 from runtime.parallel.apply import flops_per_token
 from runtime.planner import CapacityPlan
-from runtime.run.batches import BatchSource, build_batches, training_data
+from runtime.run.batches import BatchSource, training_data
 from runtime.run.checkpointing import CheckpointManager, ResumePoint, aux_hooks, restart_point
 from runtime.run.config import TrainConfig
 from runtime.run.progress import ProgressRecorder
 from runtime.tasks.base import Task, TaskContext
+from runtime.telemetry.ledger import LedgerWriter, on_this_node
 from runtime.train.check import meta_init
 from runtime.train.evaluate import Evaluator
 from runtime.train.numa import pin_to_numa_node
@@ -72,6 +77,7 @@ class LoopContext:
     services: dict[str, ServiceHandle] | None = None
     hooks: tuple[CheckpointHook, ...] = ()
     replica: ReplicaSpec | None = None
+    ledger: Path | None = None  # the sample ledger's folder (runtime.telemetry.ledger); None: off
 
 
 Services = dict[str, ServiceHandle]
@@ -158,8 +164,9 @@ def _train(
         return recorder if replica.leads() else None
 
     evaluator = Evaluator(config, model, task, rank, step_fn.device, speaker, loggers.log)
+    ledger = RankLedger(context, replica, who)
     with closing(batches), closing(task), checkpoint, _closing(telemetry), closing(diloco), \
-            closing(loggers), closing(evaluator):
+            closing(loggers), closing(evaluator), closing(ledger):
         point = restart_point(config, context.run_id, context.resume)
         done = replica.resume(state, checkpoint.resume(point))
         diloco.join()  # the shared weights replace the resumed ones
@@ -172,6 +179,7 @@ def _train(
             step = replica.committed(attempt)
             if step is None:
                 continue  # discarded: a replica group failed during it (torchft)
+            ledger.record(step, batches.taken())
             if schedule is not None:
                 schedule.step()
             if telemetry is not None:
@@ -183,6 +191,42 @@ def _train(
         _final_report(context, services, recorder, telemetry)
     if recorder is not None:
         recorder.flush()
+
+
+class RankLedger:
+    """This rank incarnation's sample ledger (runtime.telemetry.ledger), or nothing when off.
+    The file opens at the first committed step: only then is the replica's origin final (a
+    torchft group heals from a peer before it); `started` is when training started."""
+
+    def __init__(self, context: LoopContext, replica: Replica, rank: int) -> None:
+        self.context, self.replica, self.rank = context, replica, rank
+        self.started = time.time_ns()
+        self.writer: LedgerWriter | None = None
+
+    def record(self, step: int, spans: list[Span]) -> None:
+        """A committed step's spans; none when no batch was taken, or when a torchft group
+        recorded them itself (`fault_tolerance.sample_ledger`, runtime.ft.group)."""
+        if self.context.ledger is None or not spans:
+            return
+        if self.writer is None:
+            origin = self.replica.origin()
+            self.writer = LedgerWriter(on_this_node(self.context.ledger), self.context.run_id,
+                                       ledger_group(self.context), self.rank, origin.kind,
+                                       origin.step, started=self.started)
+        self.writer.record(step, spans)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def ledger_group(context: LoopContext) -> int:
+    """The ledger's `group`: the torchft replica group, or the DiLoCo learner's index (its
+    shard of the stream), else -1."""
+    if context.replica is not None:
+        return context.replica.index
+    diloco = context.config.diloco
+    return diloco.index if diloco is not None and diloco.enabled else -1
 
 
 def _measure_flops(telemetry: RankTelemetry, model: torch.nn.Module, config: TrainConfig,
@@ -218,12 +262,10 @@ def _batches(
     config: TrainConfig, services: Services, replica: Replica, rank: int, who: int
 ) -> BatchSource:
     """This rank's batches. With `data.producer_service` its producers fetch through that
-    auxiliary service as rank `who` (the config allows it without fault tolerance only, so
-    the replica is NoReplica, whose batches are build_batches')."""
+    auxiliary service as rank `who`."""
     name = config.data.producer_service if config.data is not None else None
-    if name is None:
-        return replica.batches(config, rank)
-    return build_batches(config, rank, remote_source(services[name], who))
+    source = remote_source(services[name], who) if name is not None else None
+    return replica.batches(config, rank, source)
 
 
 def _ranks(context: LoopContext) -> int:
