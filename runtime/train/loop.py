@@ -7,9 +7,9 @@ FSDP2, HSDP, tensor parallelism), and takes optimizer steps of `step.grad_accum`
 micro-batches, each the task's loss of one batch. Before the first step the run
 resumes from a checkpoint when there is one (after Ray Train restarted the worker group,
 the newest one the run committed); after each committed step the rank appends the samples
-it trained to the sample ledger (runtime.telemetry.ledger), then the hooks run: the FleetMonitor reporter
-on rank 0, then the checkpoint manager. Rank 0 records progress, checkpoints and fleet
-summaries in the run's progress actor, which the driver prints.
+it trained to the sample ledger (runtime.telemetry.ledger), then the hooks run: the
+FleetMonitor reporter on rank 0, then the checkpoint manager. Rank 0 records progress,
+checkpoints and fleet summaries in the run's progress actor, which the driver prints.
 
 With fault tolerance on (runtime.ft), this worker group is one torchft replica group: the
 driver runs the services for all groups, a step may be discarded (a group failed during it)
