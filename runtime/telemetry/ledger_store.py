@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from runtime.errors import Category, RuntimeFailure
-from runtime.telemetry.ledger_verdict import Entries, Verdict, judge
+from runtime.telemetry.ledger_verdict import ORIGINS, Entries, Verdict, judge
 from runtime.telemetry.store import QueryError, Store, describe, sql_file
 
-__all__ = ["KEYS", "LedgerError", "NoLedger", "load_ledger", "run_verdict"]
+__all__ = ["KEYS", "LedgerError", "NoLedger", "files_verdict", "load_ledger", "run_verdict"]
 
 RAW_TABLE, TABLE, SKIPPED = "sample_ledger_raw", "sample_ledger", "sample_ledger_skipped"
 KEYS = frozenset({"run_id", "started", "origin", "resumed_from", "step", "group", "rank",
@@ -88,6 +88,9 @@ def _first_line(path: Path, complete: bytes, run_id: str) -> dict[str, Any]:
     if not isinstance(first, dict) or KEYS - set(first):
         lacking = sorted(KEYS - set(first)) if isinstance(first, dict) else sorted(KEYS)
         raise LedgerError(f"{path}: line 1: not a ledger line: lacks {', '.join(lacking)}")
+    if first["origin"] not in ORIGINS:
+        raise LedgerError(f"{path}: line 1: origin {first['origin']!r} is not one of "
+                          f"{', '.join(ORIGINS)}")
     if first["run_id"] != run_id:
         raise LedgerError(f"{path}: line 1: run_id {first['run_id']!r}, but the file is in "
                           f"run {run_id!r}'s folder")
@@ -128,3 +131,54 @@ def run_verdict(store: Store, run_id: str) -> Verdict:
     skipped = [row[0] for row in store.query(sql_file("ledger_skipped.sql"),
                                              {"run": run_id}).rows]
     return judge(Entries.from_columns(columns), skipped)
+
+
+def files_verdict(folder: Path, run_id: str) -> Verdict:
+    """The verdict over `<folder>/<run_id>/*.jsonl` read here, without a store (tests, and a
+    process that holds another chDB folder): the same rules for partial and bad lines."""
+    rows, truncated = [], []
+    for path in sorted((folder / run_id).glob("*.jsonl")):
+        complete, _, partial = path.read_bytes().rpartition(b"\n")
+        if partial:
+            truncated.append(path.name)
+        if complete:
+            _first_line(path, complete, run_id)
+            rows += [_parsed(path, number, line)
+                     for number, line in enumerate(complete.split(b"\n"), 1)]
+    if not rows:
+        raise NoLedger(f"run {run_id!r} has no ledger files under {folder / run_id}")
+    return judge(Entries.from_rows(rows), truncated)
+
+
+def _parsed(path: Path, number: int, line: bytes) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except ValueError as error:
+        raise LedgerError(f"{path}: line {number}: not a JSON object ({error})") from error
+    if not isinstance(row, dict) or KEYS - set(row):
+        raise LedgerError(f"{path}: line {number}: not a ledger line (keys: "
+                          f"{', '.join(sorted(KEYS))})")
+    wrong = [key for key in sorted(KEYS) if not _typed(key, row[key])]
+    if wrong:
+        raise LedgerError(f"{path}: line {number}: {wrong[0]} is {row[wrong[0]]!r}: "
+                          f"{_KINDS.get(wrong[0], 'an integer')}")
+    return row
+
+
+_KINDS = {"run_id": "a string", "origin": "a string", "at": "a number",
+          "starts": "a list of integers", "batch_starts": "a list of integers"}
+
+
+def _typed(key: str, value: object) -> bool:
+    """Whether a value has its column's kind (bool is an int to Python, never to the store)."""
+    def integer(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    kind = _KINDS.get(key, "an integer")
+    if kind == "a string":
+        return isinstance(value, str)
+    if kind == "a number":
+        return integer(value) or isinstance(value, float)
+    if kind == "a list of integers":
+        return isinstance(value, list) and all(map(integer, value))
+    return integer(value)

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from runtime.telemetry.ledger_store import LedgerError, load_ledger, run_verdict
+from runtime.telemetry.ledger_store import LedgerError, files_verdict, load_ledger, run_verdict
 from runtime.telemetry.ledger_verdict import Entries, Verdict, judge
 from runtime.telemetry.store import Store
 
@@ -328,6 +328,7 @@ def test_loading_is_idempotent_and_a_partial_last_line_is_skipped_and_named(
     assert found.rows == len(run.rows) and found.superseded_rows == run.superseded
     assert len(found.truncated) == 1 and "partial last line" in found.explain()
     assert found == verdict(run.rows, found.truncated)
+    assert files_verdict(tmp_path / "ledger", "run-1") == found  # the same, without a store
 
 
 def test_a_grown_file_loads_only_its_new_lines(tmp_path: Path) -> None:
@@ -352,6 +353,8 @@ def test_a_bad_line_is_an_error_naming_file_and_line(tmp_path: Path) -> None:
     with Store.connect(f"chdb://{tmp_path / 'store'}") as store, \
             pytest.raises(LedgerError, match=rf"{victim.name}: line 3: .*step"):
         load_ledger(store, tmp_path / "ledger", "run-1")
+    with pytest.raises(LedgerError, match=rf"{victim.name}: line 3: "):
+        files_verdict(tmp_path / "ledger", "run-1")
 
 
 def gkr(*args: str) -> tuple[int, str, str]:
