@@ -1,6 +1,6 @@
 """The cluster side of telemetry (seed §8): each overlay's ClickHouseInstallation, reconciled
 by the clickhouse-operator add-on, and the Helm values that make the Fluent Bit add-on ship
-NCCL Inspector dumps from the GPU nodes into it.
+NCCL Inspector dumps and the sample ledger's files (issue 24) from the GPU nodes into it.
 
 The facts both ends share (node folder, table, port, users) come from generator.telemetry,
 the same module the job pods are planned from, so the folder Fluent Bit tails is the one the
@@ -9,7 +9,9 @@ pods write.
 
 from __future__ import annotations
 
+import re
 from typing import Any
+from urllib.parse import urlencode
 
 from generator.catalog import Cluster
 from generator.manifests import render_documents
@@ -20,6 +22,7 @@ from generator.telemetry import (
     DUMP_VOLUME,
     HTTP_PORT,
     INGEST_USER,
+    LEDGER_SUBFOLDER,
     READER_USER,
     Telemetry,
     insert_uri,
@@ -49,6 +52,14 @@ PASSWORD_ENV, NODE_ENV = "CLICKHOUSE_PASSWORD", "NODE_NAME"  # Fluent Bit's own 
 # Tail offsets survive restarts in the chart's writable mount of the node's /var/log, so a
 # restarted Fluent Bit neither re-sends nor skips lines.
 OFFSETS_DB = "/var/log/fluent-bit-nccl-inspector.db"
+# The sample ledger: one JSON line per rank and committed step, whose keys are the columns of
+# the runtime's raw table (runtime/telemetry/ledger_store.py RAW_TABLE, schema/0008; a test
+# checks they agree), posted as JSONEachRow; the identity Fluent Bit adds lands in its
+# identity columns. Tail only emits whole lines, so a partial last line is never sent.
+LEDGER_TAG = "sample.ledger"
+LEDGER_RAW_TABLE = "sample_ledger_raw"
+LEDGER_PATH_PARSER = "gkr_ledger_path"
+LEDGER_OFFSETS_DB = "/var/log/fluent-bit-sample-ledger.db"
 
 Section = tuple[str, list[tuple[str, str]]]
 
@@ -104,29 +115,69 @@ def fluent_bit_values(ctx: PlatformContext, cluster: Cluster) -> dict[str, Any]:
 
 
 def fluent_bit_sections(telemetry: Telemetry, cluster: Cluster) -> dict[str, list[Section]]:
-    """The chart's config parts as data: tail every job's files, name the job, its team,
-    cluster and node in each record, and post the records as NDJSON, one row each."""
-    tail = [("Name", "tail"), ("Tag", TAG), ("Path", ",".join(telemetry.tail_globs)),
-            ("Path_Key", PATH_KEY), ("Parser", "json"), ("DB", OFFSETS_DB),
-            ("Read_from_Head", "On"), ("Buffer_Max_Size", "1MB"), ("Mem_Buf_Limit", "64MB")]
-    identity = [("Name", "modify"), ("Match", TAG), ("Add", f"cluster {cluster.name}"),
+    """The chart's config parts as data: tail every job's NCCL Inspector files and ledger
+    files, name the job, its team, cluster and node in each record, and post the records as
+    NDJSON, one row each, to each one's table."""
+    streams = [(TAG, ",".join(telemetry.tail_globs), OFFSETS_DB, PATH_PARSER,
+                telemetry.path_regex, insert_uri()),
+               (LEDGER_TAG, ledger_glob(telemetry), LEDGER_OFFSETS_DB, LEDGER_PATH_PARSER,
+                ledger_path_regex(telemetry), ledger_insert_uri())]
+    sections: dict[str, list[Section]] = {"inputs": [], "filters": [], "outputs": [],
+                                          "customParsers": []}
+    for tag, path, offsets, parser, regex, uri in streams:
+        sections["inputs"].append(("INPUT", _tail(tag, path, offsets)))
+        sections["filters"] += _naming(tag, parser, cluster)
+        sections["outputs"].append(("OUTPUT", _post(telemetry, tag, uri)))
+        sections["customParsers"].append(("PARSER", [("Name", parser), ("Format", "regex"),
+                                                     ("Regex", regex)]))
+    return sections
+
+
+def _tail(tag: str, path: str, offsets: str) -> list[tuple[str, str]]:
+    return [("Name", "tail"), ("Tag", tag), ("Path", path), ("Path_Key", PATH_KEY),
+            ("Parser", "json"), ("DB", offsets), ("Read_from_Head", "On"),
+            ("Buffer_Max_Size", "1MB"), ("Mem_Buf_Limit", "64MB")]
+
+
+def _naming(tag: str, parser: str, cluster: Cluster) -> list[Section]:
+    """The file's path parsed into namespace, job and run; the cluster, node and team added."""
+    parse_path = [("Name", "parser"), ("Match", tag), ("Key_Name", PATH_KEY),
+                  ("Parser", parser), ("Reserve_Data", "On")]
+    identity = [("Name", "modify"), ("Match", tag), ("Add", f"cluster {cluster.name}"),
                 ("Add", f"node ${{{NODE_ENV}}}")]
-    teams = [("FILTER", [("Name", "modify"), ("Match", TAG),
+    teams = [("FILTER", [("Name", "modify"), ("Match", tag),
                          ("Condition", f"Key_value_equals namespace {team.namespace}"),
                          ("Add", f"team {name}")]) for name, team in sorted(cluster.teams.items())]
-    # The dumps stay on the node, so retrying without limit loses nothing while ClickHouse
+    return [("FILTER", parse_path), ("FILTER", identity), *teams]
+
+
+def _post(telemetry: Telemetry, tag: str, uri: str) -> list[tuple[str, str]]:
+    # The files stay on the node, so retrying without limit loses nothing while ClickHouse
     # is away: the tail pauses when the memory buffer is full.
-    post = [("Name", "http"), ("Match", TAG), ("Host", telemetry.service_host),
-            ("Port", str(HTTP_PORT)), ("URI", insert_uri()), ("Format", "json_lines"),
+    return [("Name", "http"), ("Match", tag), ("Host", telemetry.service_host),
+            ("Port", str(HTTP_PORT)), ("URI", uri), ("Format", "json_lines"),
             ("Json_date_key", "false"), ("Http_User", INGEST_USER),
             ("Http_Passwd", f"${{{PASSWORD_ENV}}}"), ("Retry_Limit", "no_limits")]
-    path = [("Name", PATH_PARSER), ("Format", "regex"), ("Regex", telemetry.path_regex)]
-    parse_path = [("Name", "parser"), ("Match", TAG), ("Key_Name", PATH_KEY),
-                  ("Parser", PATH_PARSER), ("Reserve_Data", "On")]
-    return {"inputs": [("INPUT", tail)],
-            "filters": [("FILTER", parse_path), ("FILTER", identity), *teams],
-            "outputs": [("OUTPUT", post)],
-            "customParsers": [("PARSER", path)]}
+
+
+def ledger_glob(telemetry: Telemetry) -> str:
+    """Every job's ledger files on a node: `<job folder>/ledger/<run>/<incarnation>.jsonl`
+    (GKR_LEDGER_DIR in the pods, generator.telemetry)."""
+    return f"{telemetry.node_dir}/*/*/{LEDGER_SUBFOLDER}/*/*.jsonl"
+
+
+def ledger_path_regex(telemetry: Telemetry) -> str:
+    """Namespace, job and run from a ledger file's path (a Fluent Bit regex parser)."""
+    return (rf"^{re.escape(telemetry.node_dir)}/(?<namespace>[^/]+)/(?<job>[^/]+)/"
+            rf"{LEDGER_SUBFOLDER}/(?<run>[^/]+)/[^/]+\.jsonl$")
+
+
+def ledger_insert_uri() -> str:
+    """The request path inserting ledger lines, a row each; keys a line has beyond the
+    table's (the tail's own) are skipped, as ClickHouse's JSONEachRow setting says."""
+    return "/?" + urlencode({
+        "query": f"INSERT INTO {DATABASE}.{LEDGER_RAW_TABLE} FORMAT JSONEachRow",
+        "input_format_skip_unknown_fields": "1"})
 
 
 def classic(sections: list[Section]) -> str:

@@ -19,6 +19,7 @@ from generator import telemetry
 from generator.catalog import Catalog
 from generator.errors import CheckFailed, InvalidInput
 from generator.output import write_tree
+from generator.platform import telemetry as fluent_bit
 from generator.platform.addons import load_addons
 from generator.pods import plan_pods
 from generator.render import render_tree
@@ -62,9 +63,11 @@ def _sections(text: str) -> list[tuple[str, dict[str, list[str]]]]:
     return sections
 
 
-def _one(text: str) -> dict[str, str]:
-    (_, entries), = _sections(text)
-    return {key: values[0] for key, values in entries.items()}
+def _named(text: str, key: str, value: str) -> dict[str, str]:
+    """The one section whose `key` is `value` (an input's Tag, an output's Match, a parser's
+    Name): the inspector's and the sample ledger's pipelines share the config."""
+    (entries,) = [e for _, e in _sections(text) if e.get(key) == [value]]
+    return {name: values[0] for name, values in entries.items()}
 
 
 @pytest.mark.parametrize("cluster", ["usc1-prod", "euw4-prod"])
@@ -122,7 +125,7 @@ def test_the_operator_chart_matches_the_vendored_crd() -> None:
 def test_fluent_bit_posts_ndjson_to_the_raw_table(repo_tree, cluster: str) -> None:
     tree, catalog = repo_tree
     config = _fluent_bit(tree, cluster)["config"]
-    post = _one(config["outputs"])
+    post = _named(config["outputs"], "Match", fluent_bit.TAG)
     assert (post["Name"], post["Format"], post["Json_date_key"]) == ("http", "json_lines", "false")
     assert (post["Host"], post["Port"]) == ("clickhouse-telemetry.telemetry.svc", "8123")
     query = parse_qs(urlsplit(post["URI"]).query)["query"]
@@ -132,7 +135,7 @@ def test_fluent_bit_posts_ndjson_to_the_raw_table(repo_tree, cluster: str) -> No
     facts = catalog.platform.telemetry
     assert env["CLICKHOUSE_PASSWORD"] == {
         "secretKeyRef": {"name": facts.secret, "key": facts.ingest_key}}
-    assert _one(config["inputs"])["Tag"] == post["Match"]
+    assert _named(config["inputs"], "Tag", post["Match"])
 
 
 def test_the_tables_are_the_runtimes() -> None:
@@ -170,8 +173,8 @@ def _gpu_job_files(tree: Tree, cluster: str) -> list[tuple[str, str, str, str | 
 def test_fluent_bit_tails_exactly_the_folder_gpu_pods_write(repo_tree, cluster: str) -> None:
     tree, _ = repo_tree
     values = _fluent_bit(tree, cluster)
-    tail = _one(values["config"]["inputs"])
-    parser = _one(values["config"]["customParsers"])
+    tail = _named(values["config"]["inputs"], "Tag", fluent_bit.TAG)
+    parser = _named(values["config"]["customParsers"], "Name", fluent_bit.PATH_PARSER)
     regex = re.compile(parser["Regex"].replace("(?<", "(?P<"))  # Onigmo → Python names
     mounts = {m["name"]: m["mountPath"] for m in values["extraVolumeMounts"]}
     volumes = {v["name"]: v["hostPath"]["path"] for v in values["extraVolumes"]}
@@ -187,6 +190,45 @@ def test_fluent_bit_tails_exactly_the_folder_gpu_pods_write(repo_tree, cluster: 
         # Flight Recorder dumps (<dir>/fr/rank_N) are not tailed as inspector records.
         fr_dump = path.rsplit("/", 1)[0] + "/fr/rank_0"
         assert not any(fnmatch.fnmatch(fr_dump, pattern) for pattern in patterns)
+
+
+@pytest.mark.parametrize("cluster", ["usc1-prod", "euw4-prod"])
+def test_fluent_bit_ships_the_sample_ledger_files_gpu_pods_write(repo_tree, cluster: str) -> None:
+    """The ledger's tail reads exactly the files a GPU pod's ranks write (GKR_LEDGER_DIR inside
+    the pod's dump mount), names their namespace, job and run, and posts them as JSONEachRow
+    to the runtime's raw ledger table."""
+    from runtime.telemetry.ledger_store import RAW_TABLE
+
+    tree, _ = repo_tree
+    config = _fluent_bit(tree, cluster)["config"]
+    tail = _named(config["inputs"], "Tag", fluent_bit.LEDGER_TAG)
+    parser = _named(config["customParsers"], "Name", fluent_bit.LEDGER_PATH_PARSER)
+    regex = re.compile(parser["Regex"].replace("(?<", "(?P<"))
+    inspector_globs = _named(config["inputs"], "Tag", fluent_bit.TAG)["Path"].split(",")
+    jobs = 0
+    for job in tree.jobs:
+        if job.cluster.name != cluster or job.accelerator is None:
+            continue
+        pod = build_pod(plan_pods(job)[job.traits.gpu_role])
+        container = pod["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        host = next(v["hostPath"]["path"] for v in pod["spec"]["volumes"]
+                    if v["name"] == telemetry.DUMP_VOLUME)
+        mount = next(m for m in container["volumeMounts"]
+                     if m["mountPath"] == telemetry.POD_DUMP_DIR)
+        inside = env["GKR_LEDGER_DIR"].removeprefix(telemetry.POD_DUMP_DIR)
+        path = f"{host}/{mount['subPath']}{inside}/llm-7b-3f2a1c/17000-g0-r3-42.jsonl"
+        assert fnmatch.fnmatch(path, tail["Path"]), (path, tail["Path"])
+        assert not any(fnmatch.fnmatch(path, glob) for glob in inspector_globs)
+        match = regex.fullmatch(path)
+        assert match and match.groupdict() == {"namespace": job.namespace, "job": job.name,
+                                               "run": "llm-7b-3f2a1c"}
+        jobs += 1
+    assert jobs
+    post = _named(config["outputs"], "Match", fluent_bit.LEDGER_TAG)
+    query = parse_qs(urlsplit(post["URI"]).query)
+    assert query["query"] == [f"INSERT INTO telemetry.{RAW_TABLE} FORMAT JSONEachRow"]
+    assert fluent_bit.LEDGER_RAW_TABLE == RAW_TABLE
 
 
 def test_fluent_bit_names_each_record_and_runs_on_every_gpu_node(repo_tree) -> None:
