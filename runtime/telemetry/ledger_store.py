@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,37 +45,47 @@ class NoLedger(RuntimeFailure):
 
 
 def load_ledger(store: Store, folder: Path, run_id: str) -> int:
-    """Insert the lines of `<folder>/<run_id>/*.jsonl` not yet in the store; the rows
-    inserted. Safe to repeat, and to run again while files grow."""
+    """Insert the lines of `<folder>/<run_id>/*.jsonl` not yet in the store, in one insert;
+    the rows inserted. Safe to repeat, and to run again while files grow."""
     stored = {(s, r, p): n for s, r, p, n in
               store.query(sql_file("ledger_files.sql"), {"run": run_id}).rows}
-    return sum(_load_file(store, path, run_id, stored)
-               for path in sorted((folder / run_id).glob("*.jsonl")))
+    news = [_new_lines(store, path, run_id, stored)
+            for path in sorted((folder / run_id).glob("*.jsonl"))]
+    news = [new for new in news if new.rows]
+    if news:
+        try:
+            store.insert_raw(RAW_TABLE, "JSONEachRow", b"".join(new.body for new in news))
+        except QueryError as error:
+            raise _bad_line(news, error) from error
+    return sum(new.rows for new in news)
 
 
-def _load_file(store: Store, path: Path, run_id: str,
-               stored: Mapping[tuple[int, int, int], int]) -> int:
-    data = path.read_bytes()
-    complete, _, partial = data.rpartition(b"\n")
+@dataclass(frozen=True)
+class _NewLines:
+    """A file's complete lines not yet stored: from line `after + 1` on."""
+
+    path: Path
+    after: int
+    rows: int
+    body: bytes
+
+
+def _new_lines(store: Store, path: Path, run_id: str,
+               stored: Mapping[tuple[int, int, int], int]) -> _NewLines:
+    complete, _, partial = path.read_bytes().rpartition(b"\n")
     first = _first_line(path, complete, run_id) if complete else None
     if partial:
         _skipped(store, path, run_id, first, complete.count(b"\n") + (2 if complete else 1),
                  len(partial))
     if first is None:
-        return 0
+        return _NewLines(path, 0, 0, b"")
     lines = complete.count(b"\n") + 1
     have = stored.get((first["started"], first["rank"], first["pid"]), 0)
     if have > lines:  # stored more than the file holds: not this file's rows; load it anew
         _forget(store, run_id, first)
         have = 0
-    if have == lines:
-        return 0
     body = complete.split(b"\n", have)[-1] if have else complete
-    try:
-        store.insert_raw(RAW_TABLE, "JSONEachRow", body + b"\n")
-    except QueryError as error:
-        raise _bad_line(path, have, error) from error
-    return lines - have
+    return _NewLines(path, have, lines - have, body + b"\n" if lines > have else b"")
 
 
 def _first_line(path: Path, complete: bytes, run_id: str) -> dict[str, Any]:
@@ -97,11 +108,18 @@ def _first_line(path: Path, complete: bytes, run_id: str) -> dict[str, Any]:
     return first
 
 
-def _bad_line(path: Path, offset: int, error: QueryError) -> LedgerError:
+def _bad_line(news: list[_NewLines], error: QueryError) -> LedgerError:
+    """The engine's complaint about row N of the insert, as the file and line it came from."""
     where = _ROW.search(str(error))
-    line = f"line {offset + int(where.group(1))}" if where else f"a line after line {offset}"
     reason = str(error).split("DB::Exception: ")[-1].split(": (at row")[0]
-    return LedgerError(f"{path}: {line}: {reason}")
+    if not where:
+        return LedgerError(f"{', '.join(str(n.path) for n in news)}: {reason}")
+    row = int(where.group(1))
+    for new in news:
+        if row <= new.rows:
+            return LedgerError(f"{new.path}: line {new.after + row}: {reason}")
+        row -= new.rows
+    return LedgerError(f"{news[-1].path}: {reason}")
 
 
 def _skipped(store: Store, path: Path, run_id: str, first: Mapping[str, Any] | None,
