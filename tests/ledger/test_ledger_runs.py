@@ -1,0 +1,179 @@
+"""The sample ledger written by real runs (runtime.telemetry.ledger, wired in the training
+loop) and judged by its verdict: every sample trained exactly once through a plain 2-rank run,
+a Ray Train restart from a checkpoint after a rank is SIGKILLed, a resume on another layout
+and producer count, DiLoCo learners and auxiliary producers; and a planted duplicate caught.
+The runs are testing.ft's: small MLPs on gloo, a feature stream in order, kills from the
+loader's producers."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.data.schedule import Span
+from runtime.run.config import TrainConfig
+from runtime.telemetry.ledger import LEDGER_DIR, LedgerWriter, ledger_folder, on_this_node
+from runtime.telemetry.ledger_verdict import Entries, Verdict, judge
+from runtime.train.driver import run_training
+from testing.ft import config, kills, ledger
+
+ROOT = Path(__file__).resolve().parents[2]
+BATCH = 4
+
+
+def _span(slot: int, start: int, slots: int = 2) -> Span:
+    return Span(slot, slots, start + slot * BATCH, BATCH, start, slots * BATCH, 100)
+
+
+def test_a_line_per_step_in_the_stores_columns_and_nothing_for_an_empty_step(
+        tmp_path: Path) -> None:
+    with LedgerWriter(tmp_path, "run-a", 1, 3, "checkpoint", 6, started=12) as writer:
+        writer.record(7, [_span(1, 48), _span(1, 56)])  # two micro-batches
+        writer.record(8, [])
+    (path,) = (tmp_path / "run-a").iterdir()
+    assert path.name == f"12-g1-r3-{os.getpid()}.jsonl"
+    (row,) = ledger(tmp_path)
+    assert {k: v for k, v in row.items() if k != "at"} == {
+        "run_id": "run-a", "started": 12, "origin": "checkpoint", "resumed_from": 6,
+        "group": 1, "rank": 3, "pid": os.getpid(), "step": 7, "slot": 1, "slots": 2,
+        "epoch_size": 100, "starts": [52, 60], "count": 4, "batch_starts": [48, 56],
+        "batch_count": 8}
+
+
+def test_a_line_written_survives_a_sigkill_of_its_writer(tmp_path: Path) -> None:
+    code = ("import os, signal, sys; from pathlib import Path; "
+            "from runtime.data.schedule import Span; "
+            "from runtime.telemetry.ledger import LedgerWriter; "
+            "w = LedgerWriter(Path(sys.argv[1]), 'r', -1, 0, 'fresh', 0); "
+            "w.record(1, [Span(0, 1, 0, 4, 0, 4, 100)]); os.kill(os.getpid(), signal.SIGKILL)")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, check=False)
+    assert done.returncode == -signal.SIGKILL
+    assert [row["step"] for row in ledger(tmp_path)] == [1]
+
+
+def test_the_folder_is_the_pods_else_beside_a_local_store(tmp_path: Path) -> None:
+    assert ledger_folder("chdb:///x/telemetry", {}) == Path("/x/telemetry/ledger")
+    assert ledger_folder("http://h:8123/t", {}, cwd=tmp_path) == tmp_path / ".gkr/ledger"
+    assert ledger_folder("chdb:///x", {LEDGER_DIR: "/gkr/telemetry/ledger"}) == \
+        Path("/gkr/telemetry/ledger")
+    assert on_this_node(tmp_path, {LEDGER_DIR: "/node"}) == Path("/node")
+    assert on_this_node(tmp_path, {}) == tmp_path
+
+
+# -- real runs -------------------------------------------------------------------------------
+
+
+def _run(tmp_path: Path, name: str, **sections: dict[str, Any]) -> TrainConfig:
+    """A run with telemetry (and so the ledger) in tmp_path/telemetry."""
+    telemetry = {"enabled": True, "dsn": f"chdb://{tmp_path}/telemetry",
+                 "time_collectives": False}
+    return config(tmp_path / "data", batch=BATCH, telemetry=telemetry,
+                  **{"run": {"name": name, "steps": 6}, **sections})
+
+
+def _verdict(rows: list[dict[str, Any]]) -> Verdict:
+    return judge(Entries.from_rows(rows))
+
+
+def _exactly_once(tmp_path: Path, steps: int, samples: int) -> list[dict[str, Any]]:
+    rows = ledger(tmp_path / "telemetry" / "ledger")
+    verdict = _verdict(rows)
+    assert verdict.exactly_once, verdict.explain()
+    assert (verdict.reached_step, verdict.samples) == (steps, samples)
+    return rows
+
+
+def _planted_duplicate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows where one rank's step 3 claims to have trained its step-2 samples again."""
+    step2 = next(r for r in rows if r["step"] == 2 and r["slot"] == 1)
+    return [{**r, "starts": step2["starts"]} if r["step"] == 3 and r["slot"] == 1 else r
+            for r in rows]
+
+
+@pytest.mark.slow
+def test_a_plain_two_rank_run_trains_each_sample_once(local_ray: None, tmp_path: Path) -> None:
+    lines: list[str] = []
+    run_training(_run(tmp_path, "plain", layout={"max_world_size": 2}), echo=lines.append)
+    rows = _exactly_once(tmp_path, 6, 6 * 2 * BATCH)
+    assert sorted((r["step"], r["rank"]) for r in rows) == [(s, k) for s in range(1, 7)
+                                                            for k in (0, 1)]
+    assert {(r["group"], r["origin"]) for r in rows} == {(-1, "fresh")}
+    assert [line for line in lines if line.startswith("sample ledger: ")] == [
+        f"sample ledger: exactly once: 48 samples [0, 48) up to step 6 (see `gkr ledger "
+        f"{rows[0]['run_id']}`)"]
+    planted = _verdict(_planted_duplicate(rows))
+    assert not planted.exactly_once
+    assert [(d.start, d.stop, d.steps) for d in planted.duplicated] == [(12, 16, (2, 3))]
+
+
+@pytest.mark.slow
+def test_a_restart_from_a_checkpoint_supersedes_the_rolled_back_steps(
+        local_ray: None, tmp_path: Path) -> None:
+    # As tests/runtime_ft/test_ft_restart.py: rank 0 reads sample 64 first in step 9, its
+    # producer reaches it once step 8 has its batch: the rank dies after step 6's checkpoint.
+    run = _run(tmp_path, "restart", kill_at=(64,), run={"name": "restart", "steps": 10,
+                                                       "max_failures": 1},
+               layout={"max_world_size": 2},
+               checkpoint={"uri": str(tmp_path / "ckpt"), "interval_steps": 3,
+                           "async_save": False})
+    run_training(run, echo=lambda line: None)
+    assert len(kills(tmp_path / "data")) == 1
+    rows = _exactly_once(tmp_path, 10, 10 * 2 * BATCH)
+    restarted = {r["started"] for r in rows if r["origin"] == "checkpoint"}
+    assert len(restarted) == 1 and {r["resumed_from"] for r in rows} == {0, 6}
+    verdict = _verdict(rows)
+    assert verdict.superseded_rows == len([r for r in rows if r["origin"] == "fresh"
+                                           and r["step"] > 6]) > 0
+
+
+@pytest.mark.slow
+def test_a_resume_on_another_layout_and_producer_count_continues_the_stream(
+        local_ray: None, tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    run_training(_run(tmp_path, "two", run={"name": "two", "steps": 8},
+                      layout={"max_world_size": 2},
+                      checkpoint={"uri": str(first), "interval_steps": 3}),
+                 echo=lambda line: None)
+    run_training(_run(tmp_path, "one", run={"name": "one", "steps": 10},
+                      layout={"max_world_size": 1},
+                      data={"producers": 3, "collators": 2},
+                      checkpoint={"uri": str(tmp_path / "second"),
+                                  "resume_from": str(first / "step-0000000006")}),
+                 echo=lambda line: None)
+    # Both runs' rows: the first's steps 7 and 8 were rolled back by the resume from step 6.
+    rows = _exactly_once(tmp_path, 10, 6 * 2 * BATCH + 4 * BATCH)
+    assert _verdict(rows).superseded_rows == 4
+    assert {r["slots"] for r in rows if r["origin"] == "checkpoint"} == {1}
+
+
+@pytest.mark.slow
+def test_auxiliary_producers_train_each_sample_once(local_ray: None, tmp_path: Path) -> None:
+    run = _run(tmp_path, "served", served=True, layout={"max_world_size": 2})
+    run_training(run, echo=lambda line: None)
+    _exactly_once(tmp_path, 6, 6 * 2 * BATCH)
+
+
+@pytest.mark.slow
+def test_diloco_learners_each_train_their_shard_once(tmp_path: Path) -> None:
+    gkr = [sys.executable, "-c", "from generator.cli import main; main()"]
+    done = subprocess.run(
+        [*gkr, "run", "--local", "--diloco", "2", "examples/train/distill.yaml",
+         "run.name=dl-ledger", "run.steps=6", "layout.max_world_size=1",
+         "diloco.inner_steps=3", "checkpoint.enabled=false",
+         f"telemetry.dsn=chdb://{tmp_path}/telemetry"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert len(re.findall(r"sample ledger: exactly once", out)) == 2, out[-4000:]
+    rows = ledger(tmp_path / "telemetry")  # each learner has its own store (learners/<name>)
+    assert {r["group"] for r in rows} == {0, 1}
+    verdict = _verdict(rows)  # the learners' shards together: one stream, read once
+    assert verdict.exactly_once, verdict.explain()
+    assert verdict.reached_step == 6
