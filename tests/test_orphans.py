@@ -107,11 +107,21 @@ def _stop_stages(parent: int) -> None:
             os.kill(pid, signal.SIGSTOP)
 
 
+def _describe(pid: int) -> str:
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:80]
+    except OSError:
+        return f"{pid} (gone)"
+    state = (_stat(pid) or ["gone"])[0]
+    return f"{pid} ({state}) {command.decode(errors='replace')}"
+
+
 def _assert_no_survivor(parent: subprocess.Popen[str], at_least: int) -> None:
     alive = _kill(parent, at_least)
+    found = [_describe(pid) for pid, _ in alive]
     for pid, _ in alive:
         os.kill(pid, signal.SIGKILL)
-    assert not alive, f"{len(alive)} processes outlived their SIGKILLed parent"
+    assert not alive, f"{len(alive)} processes outlived their SIGKILLed parent: {found}"
 
 
 RENDER = f"""
@@ -173,21 +183,25 @@ from runtime.data.loader import DataPipeline
 config = DataConfig.model_validate({{
     "datasets": [{{"name": "a", "_target_": "runtime.data.synthetic.SyntheticImages",
                   "length": 64, "size": 8}}],
-    "batch_size": 4, "chunk_size": 2, "producers": 2, "collators": 1, "seed": 3,
-    "start_method": sys.argv[1]}})
+    "batch_size": 4, "chunk_size": 2, "producers": 1, "collators": 1, "prefetch_batches": 2,
+    "seed": 3, "start_method": sys.argv[1]}})
 pipeline = DataPipeline(config)
-next(pipeline), next(pipeline)  # the stages and then the feeder have started
+# Past the first window (2 batches, queued by the rank), batches come from work the feeder
+# queued: each stage has then run, past its death signal, before the test stops it (with
+# two producers, one might not have run yet).
+for _ in range(6):
+    next(pipeline)
 {BLOCK}
 """
 
 
 @pytest.mark.parametrize("start_method", ["forkserver", "fork"])
 def test_a_killed_rank_leaves_no_pipeline_stage(start_method: str) -> None:
-    """Two producers, a collator and the feeder (and a forkserver, with its own children)."""
+    """A producer, a collator and the feeder (and a forkserver, with its own children)."""
     parent = _start(PIPELINE, start_method)
-    _poll(lambda: len(_descendants(parent.pid)) >= 4, "4 stages")
+    _poll(lambda: len(_descendants(parent.pid)) >= 3, "3 stages")
     _stop_stages(parent.pid)
-    _assert_no_survivor(parent, at_least=4)
+    _assert_no_survivor(parent, at_least=3)
 
 
 DILOCO = f"""
