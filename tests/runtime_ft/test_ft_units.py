@@ -92,14 +92,18 @@ def _one_step(members: list[Group], committers: list[Group], accum: int) -> None
     for slot, group in enumerate(members):
         group.read(slot, world, accum)
     samples = list(range(ahead.position, ahead.position + accum * world * BATCH))
-    for group in members:
+    for slot, group in enumerate(members):
         if group in committers:
             group.batches.commit()
+            spans = group.batches.taken()  # the ledger's record of the step
+            assert [(s.slot, s.slots, s.batch_start) for s in spans] == [
+                (slot, world, group.position + m * world * BATCH) for m in range(accum)]
             group.step, group.position = group.step + 1, group.position + len(samples)
             group.trained += samples
             assert group.batches.state_dict() == {"epoch": 0, "offset": group.position}
         else:
             group.batches.discard()
+            assert group.batches.taken() == []  # a discarded step leaves no record
 
 
 def test_shrink_request_names_only_the_pods_the_dropped_group_held() -> None:
