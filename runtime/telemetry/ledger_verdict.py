@@ -101,7 +101,8 @@ class IndexRange:
     ranks: tuple[int, ...]
 
     def __str__(self) -> str:
-        return (f"[{self.start}, {self.stop}) ({self.stop - self.start} samples): "
+        size = self.stop - self.start
+        return (f"[{self.start}, {self.stop}) ({size} sample{'s' * (size != 1)}): "
                 f"{_where(self.steps, self.groups, self.ranks)}")
 
 
@@ -117,7 +118,7 @@ class Disagreement:
 
     def __str__(self) -> str:
         return (f"ranks disagree on step {self.step}'s place in the stream: "
-                f"{_where((), self.groups, self.ranks)} say global batches "
+                f"{_where((), self.groups, self.ranks)} put it at global batches "
                 f"{list(self.batch_starts)}, the others {list(self.expected)}")
 
 
