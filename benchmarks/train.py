@@ -7,6 +7,10 @@
    with the same config: the same transformer, data, FSDP2 units, AdamW, schedule, clipping,
    batch and sequence length, in plain torch.
 
+3. The sample ledger's cost (runtime.telemetry.ledger, issue 24): the driver run again with
+   `telemetry.ledger=false`, alternating, and the ratio of their step times (goal: the
+   ledger adds under 1%); and one `LedgerWriter.record` timed alone, as a share of a step.
+
 Both report the wall time at which each step ended. Throughput is the steady state: the
 tokens of every step after the first logged interval (`run.log_every` steps of warm-up:
 start-up of the data workers, first allocations) over the time they took. Start-up is the
@@ -29,7 +33,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.data.schedule import Span
 from runtime.data.tokens import TokenWindows
+from runtime.telemetry.ledger import LedgerWriter
 from runtime.telemetry.store import Store
 from runtime.train.compose import load_config
 
@@ -37,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "examples/train/tiny.yaml"
 BIN = Path(sys.executable).parent
 GOAL = 0.95  # driver tokens/s over plain torchrun's
+LEDGER_GOAL = 1.01  # step time with the sample ledger over without
 RUN_ID = re.compile(r"^run (\S+) finished", re.MULTILINE)
 
 
@@ -101,6 +108,28 @@ def plain(overrides: list[str]) -> Timing:
     return Timing(launched, last["step_walls"], float(last["tokens_per_step"]))
 
 
+def record_s(calls: int = 20_000) -> float:
+    """Seconds one LedgerWriter.record takes (a step of two micro-batches), on a real file."""
+    spans = [Span(1, 2, 4, 4, 0, 8, 10_000), Span(1, 2, 12, 4, 8, 8, 10_000)]
+    with tempfile.TemporaryDirectory(prefix="bench-ledger-") as scratch, \
+            LedgerWriter(Path(scratch), "bench", -1, 1, "fresh", 0) as writer:
+        began = time.perf_counter()
+        for step in range(calls):
+            writer.record(step, spans)
+        return (time.perf_counter() - began) / calls
+
+
+def _ledger_figures(on: list[Timing], off: list[Timing], warmup: int) -> None:
+    """Step time with the ledger over without (tokens/s the other way round)."""
+    ratio = (statistics.median(t.tokens_per_s(warmup) for t in off)
+             / statistics.median(t.tokens_per_s(warmup) for t in on))
+    step_s = 1 / statistics.median(len(t.step_walls) / (t.step_walls[-1] - t.step_walls[0])
+                                   for t in on)
+    cost = record_s()
+    print(f"sample ledger: step time with/without {ratio:.4f} (goal < {LEDGER_GOAL}); one "
+          f"record {cost * 1e6:.1f} us = {cost / step_s:.3%} of a {step_s * 1e3:.1f} ms step")
+
+
 def _figures(label: str, timings: list[Timing], warmup: int) -> tuple[float, float]:
     rates = [t.tokens_per_s(warmup) for t in timings]
     startups = [t.startup_s() for t in timings]
@@ -124,10 +153,12 @@ def main() -> None:
     warmup = config.run.log_every
     if args.steps < 2 * warmup:
         sys.exit(f"--steps {args.steps}: at least {2 * warmup} (twice run.log_every)")
-    drivers, plains = [], []
+    drivers, plains, unledgered = [], [], []
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory(prefix="bench-train-") as scratch:
             drivers.append(driver(overrides, Path(scratch)))
+        with tempfile.TemporaryDirectory(prefix="bench-train-") as scratch:
+            unledgered.append(driver([*overrides, "telemetry.ledger=false"], Path(scratch)))
         plains.append(plain(overrides))
     print(f"\n{args.steps} steps of {CONFIG.relative_to(REPO)}, steady state after step "
           f"{warmup}, {args.repeats} run(s) each")
@@ -135,6 +166,7 @@ def main() -> None:
     theirs, theirs_start = _figures("torchrun plain_fsdp.py (plain)", plains, warmup)
     print(f"ratio driver/plain tokens/s: {ours / theirs:.3f} (goal >= {GOAL}); start-up "
           f"{ours_start - theirs_start:+.1f} s")
+    _ledger_figures(drivers, unledgered, warmup)
     print(f"rerun: .venv/bin/python benchmarks/train.py --steps {args.steps} "
           f"--repeats {args.repeats} {' '.join(args.overrides)}".rstrip())
 

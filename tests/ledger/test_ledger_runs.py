@@ -70,7 +70,7 @@ def test_the_folder_is_the_pods_else_beside_a_local_store(tmp_path: Path) -> Non
 # -- real runs -------------------------------------------------------------------------------
 
 
-def _run(tmp_path: Path, name: str, **sections: dict[str, Any]) -> TrainConfig:
+def _run(tmp_path: Path, name: str, **sections: Any) -> TrainConfig:
     """A run with telemetry (and so the ledger) in tmp_path/telemetry."""
     telemetry = {"enabled": True, "dsn": f"chdb://{tmp_path}/telemetry",
                  "time_collectives": False}
