@@ -46,5 +46,9 @@ browser:
 		echo "chromium is missing: 'sudo apt-get install -y chromium' (the gkr-ui browser test skips without it)"; \
 	fi
 
+# Parallel test processes (pytest-xdist): more than the 2 cores pay, as much of the suite
+# waits on Ray, Temporal and subprocesses; --dist loadfile keeps a module on one process, so
+# its module fixtures run once. TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 4
 test: lint check security browser
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile

@@ -19,6 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # and their producers); Ray only counts them when placing actors.
 SHARED_CPUS = 8
 
+# Ray's raylet prestarts one idle worker per logical CPU for the first driver
+# (`prestart_worker_first_driver`, ray_config_def.h): 8 interpreters per test process that
+# most tests never use, started on 2 cores beside the tests.
+NO_PRESTART = {"prestart_worker_first_driver": False}
+
 _shared = False
 
 
@@ -30,7 +35,8 @@ def shared_ray() -> None:
         return
     ray.shutdown()
     ray.init(num_cpus=SHARED_CPUS, include_dashboard=False, logging_level=logging.WARNING,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+             _system_config=NO_PRESTART)
     _shared = True
 
 
