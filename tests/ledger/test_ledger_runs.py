@@ -126,8 +126,8 @@ def test_a_restart_from_a_checkpoint_supersedes_the_rolled_back_steps(
     run_training(run, echo=lambda line: None)
     assert len(kills(tmp_path / "data")) == 1
     rows = _exactly_once(tmp_path, 10, 10 * 2 * BATCH)
-    restarted = {r["started"] for r in rows if r["origin"] == "checkpoint"}
-    assert len(restarted) == 1 and {r["resumed_from"] for r in rows} == {0, 6}
+    restarted = {(r["rank"], r["started"]) for r in rows if r["origin"] == "checkpoint"}
+    assert len(restarted) == 2 and {r["resumed_from"] for r in rows} == {0, 6}  # a file each
     verdict = _verdict(rows)
     assert verdict.superseded_rows == len([r for r in rows if r["origin"] == "fresh"
                                            and r["step"] > 6]) > 0
