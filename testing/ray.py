@@ -34,7 +34,11 @@ def shared_ray() -> None:
     if _shared and ray.is_initialized():
         return
     ray.shutdown()
-    ray.init(num_cpus=SHARED_CPUS, include_dashboard=False, logging_level=logging.WARNING,
+    # address="local": a new instance even while a test's multi-node Cluster is up, whose
+    # address plain ray.init() would otherwise find (ray._private.services,
+    # get_ray_address_from_environment: /tmp/ray/ray_current_cluster).
+    ray.init(address="local", num_cpus=SHARED_CPUS, include_dashboard=False,
+             logging_level=logging.WARNING,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
              _system_config=NO_PRESTART)
     _shared = True

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+import ray
 from ray.cluster_utils import Cluster
 
 from runtime.aux.client import AuxClient
@@ -21,7 +22,12 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def two_nodes() -> Iterator[Cluster]:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    # A Cluster writes its address to /tmp/ray/ray_current_cluster (ray.cluster_utils), where
+    # every plain ray.init() on the machine would find it: other test processes' and `gkr run
+    # --local`'s. This test connects by address, so the cluster stays private.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ray._private.utils, "write_ray_address", lambda *args, **kwargs: None)
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
     cluster.add_node(num_cpus=2)
     cluster.wait_for_nodes()
     with private_ray(address=cluster.address, logging_level=logging.WARNING):
