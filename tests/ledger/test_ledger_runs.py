@@ -166,7 +166,7 @@ def test_diloco_learners_each_train_their_shard_once(tmp_path: Path) -> None:
     done = subprocess.run(
         [*gkr, "run", "--local", "--diloco", "2", "examples/train/distill.yaml",
          "run.name=dl-ledger", "run.steps=6", "layout.max_world_size=1",
-         "diloco.inner_steps=3", "checkpoint.enabled=false",
+         "diloco.inner_steps=3", f"checkpoint.uri={tmp_path}/checkpoints",
          f"telemetry.dsn=chdb://{tmp_path}/telemetry"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     out = done.stdout + done.stderr
