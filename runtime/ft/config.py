@@ -44,10 +44,6 @@ class FaultToleranceConfig(BaseModel):
                           "recorded (a local run).")
     warden_namespace: str = Field("default", description="Warden's Temporal namespace.")
     warden_task_queue: str = Field("warden", min_length=1, description="Warden's task queue.")
-    sample_ledger: str | None = Field(
-        None, description="Directory of the sample ledger (runtime.telemetry.ledger): every "
-                          "rank appends the spans of the global stream it trained at each "
-                          "committed step; None: off.")
 
     @model_validator(mode="after")
     def _minimum_fits(self) -> FaultToleranceConfig:

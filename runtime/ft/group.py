@@ -31,11 +31,9 @@ the run with that message.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, cast
 
 import ray
@@ -67,7 +65,6 @@ from runtime.parallel.mesh import build_mesh, mesh_shape
 from runtime.run.batches import BatchSource
 from runtime.run.config import TrainConfig
 from runtime.run.progress import Notice, progress_name
-from runtime.telemetry.ledger import LedgerWriter
 
 log = logging.getLogger(__name__)
 SHRINK_WAIT_S = 60.0  # at the end, how long a shrink request in flight may still take
@@ -244,8 +241,6 @@ class ReplicaGroup:
         self.size = train.get_world_size()
         self.quorum, self.healed, self.seen = Quorum(), False, -1
         self.start, self.trained = Origin("fresh", 0), False  # `trained`: a step committed
-        self.ledger: LedgerWriter | None = None
-        self.began = time.time_ns()  # when this incarnation started (the ledger's `started`)
         self.board = ray.get_actor(board_name(run_id))
         self.board.register.remote(self.index, self.rank, Identity.from_env().pod)
         store, address = _group_store(self.rank)
@@ -386,22 +381,8 @@ class ReplicaGroup:
             self.loader.discard()
             return None
         self.loader.commit()
-        self._record(step)
         self.trained = True
         return int(step)
-
-    def _record(self, step: int) -> None:
-        """The step's spans in the sample ledger (`fault_tolerance.sample_ledger`), whose
-        writer starts at the first commit: only then is the origin known."""
-        assert self.loader is not None
-        folder = self.ft.sample_ledger
-        if folder is None:
-            return
-        if self.ledger is None:
-            self.ledger = LedgerWriter(Path(folder), self.run_id, self.index,
-                                       self.index * self.size + self.rank, self.start.kind,
-                                       self.start.step, started=self.began)
-        self.ledger.record(step, self.loader.taken())
 
     def origin(self) -> Origin:
         """"heal" when the group healed from a live peer before its first committed step;
@@ -431,8 +412,6 @@ class ReplicaGroup:
             if self.started is not None:
                 self.started.shutdown(wait=False)
             self.watchdog.close()
-            if self.ledger is not None:
-                self.ledger.close()
         if isinstance(error, RunOver):
             return True
         if not isinstance(error, QuorumLost):

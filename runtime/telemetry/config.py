@@ -37,6 +37,7 @@ class TelemetryConfig(_Section):
     ledger: bool = Field(
         True, description="Keep the sample ledger: each rank's global sample spans of every "
                           "committed step (runtime.telemetry.ledger), which `gkr ledger RUN` "
-                          "judges: every sample trained exactly once.",
+                          "judges: every sample trained exactly once. Its files are written "
+                          "with `enabled` false too; the store judges them when on.",
     )
     inject_delay: InjectDelay | None = Field(None, description="A deliberate straggler.")

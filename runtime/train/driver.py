@@ -52,7 +52,7 @@ from runtime.run.config import TrainConfig
 from runtime.run.progress import printing, start_progress
 from runtime.telemetry.ledger import ledger_folder
 from runtime.telemetry.ledger_store import NoLedger, load_ledger, run_verdict
-from runtime.telemetry.store import Store
+from runtime.telemetry.store import Store, default_dsn
 from runtime.train.check import check_mesh, check_run
 from runtime.train.loop import LoopContext, train_loop
 from runtime.train.telemetry import Destination, RunTelemetry, destination
@@ -92,7 +92,9 @@ def ray_session(config: TrainConfig) -> Iterator[None]:
 
 def _start_ray(config: TrainConfig) -> None:
     address = config.run.ray_address
-    kwargs = {"address": address} if address else {"num_cpus": config.run.local_cpus}
+    # "local": always a new local Ray, never one another process on the machine started.
+    kwargs = {"address": address} if address else {"address": "local",
+                                                   "num_cpus": config.run.local_cpus}
     forward = config.logging.forward_worker_logs
     if not forward:
         logging.getLogger(TOKEN_NOTICE_LOGGER).setLevel(logging.ERROR)
@@ -164,7 +166,9 @@ def run_training(config: TrainConfig, echo: Printer = print_now,
         monitor = start_monitor(run_id, stale_after_s=3 * every_s + 2)
         progress = start_progress(run_id)
         where = destination(config)
-        ledger = ledger_folder(where.dsn) if where and config.telemetry.ledger else None
+        # The ledger is kept with telemetry off too (its files); the store judges it when on.
+        ledger = ledger_folder(where.dsn if where else default_dsn()) \
+            if config.telemetry.ledger else None
         context = LoopContext(config, plan, run_id, resume, where, ledger=ledger)
         with printing(progress, echo), recording(where, run_id, echo), \
                 bundling(config, run_id, echo, launch, where.dsn if where else None):

@@ -204,8 +204,7 @@ class RankLedger:
         self.writer: LedgerWriter | None = None
 
     def record(self, step: int, spans: list[Span]) -> None:
-        """A committed step's spans; none when no batch was taken, or when a torchft group
-        recorded them itself (`fault_tolerance.sample_ledger`, runtime.ft.group)."""
+        """A committed step's spans (none when no batch was taken)."""
         if self.context.ledger is None or not spans:
             return
         if self.writer is None:

@@ -39,7 +39,7 @@ def test_replica_groups_train_every_served_sample_once_through_a_kill_and_a_heal
                  fault_tolerance={"enabled": True, "replica_groups": 2,
                                   "min_replica_groups": 1, "heartbeat_timeout_s": 1.0,
                                   "watchdog_timeout_s": 3.0, "join_timeout_s": 5.0,
-                                  "timeout_s": 10.0, "sample_ledger": str(ledgers)})
+                                  "timeout_s": 10.0})
     done: list[TrainResult | BaseException] = []
 
     def train() -> None:

@@ -41,7 +41,7 @@ def _run(folder: Path, seed: int, wait_s: float) -> list[str]:
                  fault_tolerance={"enabled": True, "replica_groups": GROUPS,
                                   "min_replica_groups": 1, "heartbeat_timeout_s": 1.0,
                                   "watchdog_timeout_s": 3.0, "join_timeout_s": 5.0,
-                                  "timeout_s": 10.0, "sample_ledger": str(folder / "ledger")})
+                                  "timeout_s": 10.0})
     lines: list[str] = []
     run_training(run, echo=lines.append)
     return lines

@@ -145,8 +145,7 @@ def test_a_killed_bfloat16_fsdp2_group_is_replaced_and_heals_while_the_other_tra
     run = _Run(_config(tmp_path, steps=200, pace_s=0.1, kill_at=(160,),
                        run={"max_failures": 1},
                        layout={"param_dtype": "bfloat16", "reduce_dtype": "bfloat16"},
-                       fault_tolerance=_groups(min_replica_groups=1,
-                                               sample_ledger=str(tmp_path / "ledger"))))
+                       fault_tolerance=_groups(min_replica_groups=1)))
     killed = _wait(run, "a kill", lambda: list(tmp_path.glob("data/kill-*")))
     victim = json.loads(killed[0].read_text())["pid"]
     ledger = _ledger(tmp_path / "ledger")

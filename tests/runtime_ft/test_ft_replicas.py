@@ -71,7 +71,7 @@ def _ft_run(folder: Path, groups: int, group_size: int, **ft: Any) -> TrainConfi
                   fault_tolerance={"enabled": True, "replica_groups": groups,
                                    "heartbeat_timeout_s": 1.0, "watchdog_timeout_s": 3.0,
                                    "join_timeout_s": 10.0,
-                                   "timeout_s": 10.0, "sample_ledger": str(folder / "ledger"),
+                                   "timeout_s": 10.0,
                                    **ft})
 
 

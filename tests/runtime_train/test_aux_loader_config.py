@@ -90,10 +90,11 @@ def test_the_loader_must_serve_the_data_section() -> None:
         build_config(raw, str(EXAMPLE))
 
 
-def test_auxiliary_producers_wait_for_fault_tolerance() -> None:
-    error = _errors(["fault_tolerance.enabled=true"])
-    assert (error.field, error.message) == (
-        "data.producer_service", "not available with fault_tolerance.enabled yet")
+def test_auxiliary_producers_serve_torchft_replica_groups() -> None:
+    """Accepted with fault tolerance (tests/runtime_ft/test_ft_aux_producer.py trains so)."""
+    config = load_config(EXAMPLE, ["fault_tolerance.enabled=true"])
+    assert config.fault_tolerance.enabled and config.data is not None
+    assert config.data.producer_service == "loader"
 
 
 @pytest.fixture(scope="module")
