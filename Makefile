@@ -46,9 +46,10 @@ browser:
 		echo "chromium is missing: 'sudo apt-get install -y chromium' (the gkr-ui browser test skips without it)"; \
 	fi
 
-# Parallel test processes (pytest-xdist): more than the 2 cores pay, as much of the suite
-# waits on Ray, Temporal and subprocesses; --dist loadfile keeps a module on one process, so
-# its module fixtures run once. TEST_WORKERS=0 runs the suite in one process.
-TEST_WORKERS ?= 4
+# Parallel test processes (pytest-xdist): much of the suite waits on Ray, Temporal and
+# subprocesses; --dist loadfile keeps a module on one process, so its module fixtures run
+# once. Each process holds a Ray session: 4 of them on 2 cores timed tests out (load ~40),
+# so 2. TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 test: lint check security browser
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile

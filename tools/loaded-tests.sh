@@ -4,7 +4,7 @@
 # here. Prints each run's counts and time, keeps each run's log, and exits non-zero if any
 # run failed. The burners are started here and always killed, however the script ends.
 # Usage: tools/loaded-tests.sh [RUNS (default 3)] [more pytest arguments...]
-# The tests run in parallel processes as `make test` runs them (TEST_WORKERS, default 4).
+# The tests run in parallel processes as `make test` runs them (TEST_WORKERS, default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
@@ -39,7 +39,7 @@ failed_runs=0
 for run in $(seq 1 "$runs"); do
   start=$SECONDS
   status=0
-  .venv/bin/pytest -m slow -q -p no:cacheprovider -n "${TEST_WORKERS:-4}" --dist loadfile \
+  .venv/bin/pytest -m slow -q -p no:cacheprovider -n "${TEST_WORKERS:-2}" --dist loadfile \
     --junitxml="$logs/run-$run.xml" "$@" >"$logs/run-$run.log" 2>&1 || status=$?
   elapsed=$((SECONDS - start))
   if [[ -s "$logs/run-$run.xml" ]]; then

@@ -20,7 +20,8 @@ from testing.ft import config, ledger, verdict
 from testing.wait import wait_until
 
 pytestmark = pytest.mark.slow
-BATCH, STEPS = 4, 60
+# Paced (the pace file) long enough for group 1 to start and be killed under any load.
+BATCH, STEPS = 4, 400
 
 
 def _rows(folder: Path, group: int) -> list[dict[str, Any]]:

@@ -75,10 +75,11 @@ def _ft_run(folder: Path, groups: int, group_size: int, **ft: Any) -> TrainConfi
                                    **ft})
 
 
-def _committed(folder: Path, group: int, rank: int) -> list[dict[str, Any]]:
-    """The ledger rows of rank `rank` of group `group` (the ledger names global ranks)."""
+def _committed(folder: Path, group: int, rank: int, size: int = GROUP) -> list[dict[str, Any]]:
+    """The ledger rows of rank `rank` of group `group` of `size` ranks (the ledger names
+    global ranks)."""
     return [line for line in ledger(folder / "ledger")
-            if (line["group"], line["rank"]) == (group, group * GROUP + rank)]
+            if (line["group"], line["rank"]) == (group, group * size + rank)]
 
 
 def test_survivors_train_on_without_restart_and_a_replacement_heals_from_a_peer(
@@ -143,8 +144,8 @@ def test_below_the_minimum_of_replica_groups_the_run_stops_with_a_clear_error(
 ) -> None:
     run = Run(_ft_run(tmp_path, groups=2, group_size=1, min_replica_groups=2,
                       quorum_timeout_s=5.0, max_failures=0))
-    victim = wait_for(run, "group 1 committing steps", lambda: (c := _committed(tmp_path, 1, 0))
-                      and len(c) >= 3 and c[-1])
+    victim = wait_for(run, "group 1 committing steps",
+                      lambda: (c := _committed(tmp_path, 1, 0, size=1)) and len(c) >= 3 and c[-1])
     os.kill(victim["pid"], signal.SIGKILL)
     run.wait()
     assert isinstance(run.error, RunStopped), run.error
