@@ -25,7 +25,8 @@ import torch
 
 from runtime.data.synthetic import SyntheticFeatures
 from runtime.run.config import TrainConfig, build_config
-from runtime.telemetry.ledger_verdict import Entries, Verdict, judge
+from runtime.telemetry.ledger_store import files_verdict
+from runtime.telemetry.ledger_verdict import Verdict
 
 DATASET = "testing.ft.PacedFeatures"
 REQUEST = "request-kill"
@@ -159,8 +160,11 @@ def ledger(folder: Path) -> list[dict[str, Any]]:
 
 
 def verdict(folder: Path) -> Verdict:
-    """The sample ledger's verdict over the files under `folder`."""
-    return judge(Entries.from_rows(ledger(folder)))
+    """The sample ledger's verdict over the one run's files under `folder`, read as the store
+    would read them (runtime.telemetry.ledger_store.files_verdict: a partial last line of a
+    killed rank skipped and reported)."""
+    (run,) = [path.name for path in folder.iterdir() if path.is_dir()]
+    return files_verdict(folder, run)
 
 
 def kills(folder: Path) -> list[dict[str, Any]]:
