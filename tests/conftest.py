@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -16,13 +17,18 @@ from testing.ray import shared_ray, stop_shared_ray
 from testing.temporal import Loop, temporal_binary
 from testing.warden import CheckJobs, FakeGcp, FakePrometheus
 
+# Seconds each module took in a recorded run (tools/test-durations.py writes it).
+DURATIONS = Path(__file__).with_name("durations.json")
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with the most slow tests first, each in its own order: the parallel test
-    processes (pytest-xdist, --dist loadfile) take whole modules in this order, so the long
-    ones start at once and the quick ones fill the gaps instead of long ones trailing."""
+    """The longest modules first, each in its own order: the parallel test processes
+    (pytest-xdist, --dist loadfile) take whole modules in this order, so the long ones start
+    at once and the quick ones fill the gaps instead of a long one trailing. A module not yet
+    recorded goes by its count of slow tests (a slow test takes about a minute here)."""
+    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     slow = Counter(_module(item) for item in items if item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -slow[_module(item)])  # a stable sort
+    items.sort(key=lambda item: -recorded.get(_module(item), 60.0 * slow[_module(item)]))
 
 
 def _module(item: pytest.Item) -> str:

@@ -8,7 +8,7 @@ Processes are read from /proc (Linux only, as the death signal is)."""
 from __future__ import annotations
 
 import os
-import select
+import selectors
 import shutil
 import signal
 import subprocess
@@ -74,7 +74,10 @@ def _start(code: str, *args: str) -> subprocess.Popen[str]:
     parent = subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO, text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert parent.stdout is not None
-    ready, _, _ = select.select([parent.stdout], [], [], DEADLINE_S)
+    # A selector, not select(): a long test process may hold descriptors past select's 1024.
+    with selectors.DefaultSelector() as selector:
+        selector.register(parent.stdout, selectors.EVENT_READ)
+        ready = selector.select(DEADLINE_S)
     line = parent.stdout.readline() if ready else ""
     if line.strip() != READY:
         parent.kill()

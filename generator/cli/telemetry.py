@@ -225,16 +225,19 @@ NO_LEDGER = 2  # the exit code of a run without a ledger (0: exactly once, 1: no
 
 @app.command()
 def ledger(
-    run: Annotated[str, typer.Argument(help="The run (its run id in the telemetry store).")],
+    runs: Annotated[list[str], typer.Argument(
+        help="The run (its run id in the telemetry store); several are judged as one stream: "
+             "the learners of a DiLoCo experiment.", show_default=False)],
     json_output: Annotated[bool, typer.Option("--json", help="The verdict as JSON.")] = False,
-    folder: Annotated[Path | None, typer.Option(
+    folders: Annotated[list[Path] | None, typer.Option(
         "--folder", help="Ledger files to load first, <folder>/<run>/*.jsonl (default: where "
-                         "a local run writes them).")] = None,
+                         "a local run writes them); repeat it for learners' own folders.")
+    ] = None,
     dsn: DsnOption = None,
 ) -> None:
     """Whether the run trained every sample of its schedule exactly once (up to the step it
     reached), from its sample ledger: else the missing and duplicated index ranges, with the
-    steps, groups and ranks where they happened. Loads the run's local ledger files first.
+    steps, groups and ranks where they happened. Loads the runs' local ledger files first.
     Exit 0: exactly once; 1: not; 2: no ledger for the run."""
     import json
 
@@ -242,18 +245,22 @@ def ledger(
     from runtime.telemetry.store import Store, default_dsn
 
     dsn = dsn or default_dsn()
-    files = folder or _ledger_folder(dsn)
+    places = folders or [_ledger_folder(dsn)]
     with Store.connect(dsn) as store:
-        load_ledger(store, files, run)
+        for place in places:
+            for run in runs:
+                load_ledger(store, place, run)
         try:
-            verdict = run_verdict(store, run)
+            verdict = run_verdict(store, runs)
         except NoLedger as error:
-            err_console.print(f"{error}, nor files under {files / run}; a run writes its "
+            where = ", ".join(str(place / run) for place in places for run in runs)
+            err_console.print(f"{error}, nor files under {where}; a run writes its "
                               "ledger as it trains (GKR_LEDGER_DIR in pods); point --folder "
                               "at its files, or --dsn at the store that holds them")
             raise typer.Exit(NO_LEDGER) from None
     out_console.print(json.dumps(verdict.as_dict(), indent=2) if json_output else
-                      f"run {run}: {verdict.explain()}")
+                      f"{'run' if len(runs) == 1 else 'runs'} {', '.join(runs)}: "
+                      f"{verdict.explain()}")
     if not verdict.exactly_once:
         raise typer.Exit(1)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -139,15 +139,17 @@ def _forget(store: Store, run_id: str, first: Mapping[str, Any]) -> None:
                    "pid": first["pid"]})
 
 
-def run_verdict(store: Store, run_id: str) -> Verdict:
-    """The verdict over the run's ledger rows in the store."""
-    rows = store.query(sql_file("ledger_entries.sql"), {"run": run_id})
+def run_verdict(store: Store, runs: Sequence[str]) -> Verdict:
+    """The verdict over the runs' ledger rows in the store: one run, or several judged as one
+    stream (the learners of a DiLoCo experiment, each a run of its own)."""
+    rows = store.query(sql_file("ledger_entries.sql"), {"runs": list(runs)})
     if not rows.rows:
-        raise NoLedger(f"run {run_id!r} has no sample ledger in the telemetry store "
-                       f"{describe(store.dsn)}")
+        named = ", ".join(repr(run) for run in runs)
+        raise NoLedger(f"run{'s' * (len(runs) > 1)} {named} {'have' if len(runs) > 1 else 'has'}"
+                       f" no sample ledger in the telemetry store {describe(store.dsn)}")
     columns = dict(zip(rows.columns, zip(*rows.rows, strict=True), strict=True))
     skipped = [row[0] for row in store.query(sql_file("ledger_skipped.sql"),
-                                             {"run": run_id}).rows]
+                                             {"runs": list(runs)}).rows]
     return judge(Entries.from_columns(columns), skipped)
 
 

@@ -6,6 +6,11 @@ Pure: ledger rows in, a `Verdict` out, which explains itself. The rules:
 1. Lineage. A row is superseded (rolled back: not in the final model) when an incarnation
    that started from fresh weights or a checkpoint started after the row was written and
    resumed from a step below the row's. Counted, not an error.
+   A commit lost with its replica group is superseded too: torchft's groups vote on their
+   commits each on its own (Manager.should_commit), so a group may commit a step that the
+   others discard and then die before any peer took its state; the others then commit that
+   step again, without it. So an incarnation's last row is superseded when every row of the
+   same step in another place was written after it, with another slot count.
 2. Agreement. Every kept row of a step names the same global batches (one per micro-batch),
    batch size and slot count; a rank that does not is a disagreement, an error.
 3. Coverage. The global sample stream must be covered on [0, end) (end: the last global
@@ -210,7 +215,7 @@ def _compact(values: Sequence[int]) -> str:
 def judge(entries: Entries, truncated: Sequence[str] = ()) -> Verdict:
     """The verdict over a run's ledger entries (rules in the module docstring)."""
     entries = entries.take(np.argsort(entries.row, kind="stable"))  # a row's entries together
-    superseded = _superseded(entries)
+    superseded = _superseded(entries) | _lost_with_their_group(entries)
     kept = entries.take(~superseded)
     rows = len(np.unique(entries.row))
     superseded_rows = rows - len(np.unique(kept.row))
@@ -253,6 +258,28 @@ def _superseded(entries: Entries) -> npt.NDArray[np.bool_]:
         latest = entries.started[restart & (entries.resumed_from == resumed)].max() / 1e9
         out |= (entries.at < latest) & (entries.step > resumed)
     return out
+
+
+def _lost_with_their_group(entries: Entries) -> npt.NDArray[np.bool_]:
+    """Rule 1's torchft half: an incarnation's last row whose step the other groups all
+    committed again after it, with another slot count (the quorum without the dead group)."""
+    rows, signature = _signatures(entries)
+    first = np.searchsorted(entries.row, rows)
+    step, slots, at = entries.step[first], entries.slots[first], entries.at[first]
+    lost = np.zeros(len(rows), dtype=bool)
+    index, _ = _distinct(step, signature)
+    steps, layouts = np.unique(step[index], return_counts=True)
+    contested = steps[layouts > 1]  # usually none: this is the rare path
+    if len(contested):
+        incarnation = _mix(entries.started[first]) ^ _mix(
+            entries.group[first] * 65_537 + entries.rank[first])
+        order = np.lexsort((step, incarnation))
+        final = order[np.r_[incarnation[order][1:] != incarnation[order][:-1], True]]
+        for number in final[np.isin(step[final], contested)].tolist():
+            redo = (step == step[number]) & (signature != signature[number])
+            lost[number] = bool(np.all(at[redo] > at[number])
+                                and np.all(slots[redo] != slots[number]))
+    return np.repeat(lost, np.diff(np.r_[first, len(entries)]))
 
 
 def _mix(x: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:

@@ -229,7 +229,7 @@ def judge_ledger(dsn: str, folder: Path, run_id: str) -> str:
     with Store.connect(dsn) as store:
         load_ledger(store, folder, run_id)
         try:
-            verdict = run_verdict(store, run_id)
+            verdict = run_verdict(store, [run_id])
         except NoLedger:
             return (f"sample ledger: no rows for run {run_id} in the store yet; "
                     f"`gkr ledger {run_id}` judges it once they are loaded")

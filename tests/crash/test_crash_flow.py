@@ -51,16 +51,22 @@ def test_the_crashed_run_left_a_bundle_with_every_part(crashed: dict[str, Any]) 
     assert bundle.uri == crashed["uri"]
     manifest, names = bundle.manifest, bundle.folder.names()
     assert "options.max_requests=8" in manifest["failure"]["summary"]
-    assert manifest["failure"]["reports"] == ["ranks/rank-0.json", "ranks/rank-1.json"]
-    report = json.loads(bundle.folder.read("ranks/rank-0.json"))
-    assert report["identity"] == {**report["identity"], "run": _run_id(crashed), "rank": 0,
-                                  "cluster": "local", "role": "worker"}
-    assert "request budget spent" in report["exception"]["traceback"]
+    # Both ranks ask the teacher at step 5 and both are refused, but a rank whose refusal
+    # comes after Ray Train has begun tearing the group down (the other rank failed first)
+    # is stopped before it can write: every report the manifest lists is there and whole,
+    # and the first failure's always is.
+    reports = manifest["failure"]["reports"]
+    assert reports and set(reports) <= {"ranks/rank-0.json", "ranks/rank-1.json"}, reports
+    for name in reports:
+        report = json.loads(bundle.folder.read(name))
+        rank = int(name.removesuffix(".json").rsplit("-", 1)[1])
+        assert report["identity"] == {**report["identity"], "run": _run_id(crashed),
+                                      "rank": rank, "cluster": "local", "role": "worker"}
+        assert "request budget spent" in report["exception"]["traceback"]
+        assert f"flight_recorder/comm_lib_trace_rank_{rank}" in names, names
     for part in ("logs/rank-0.err", "logs/rank-1.err", "config/resolved.yaml",
                  "config/launch.json", "config/train.yaml", "code/identity.json",
-                 "code/changes.patch", "flight_recorder/comm_lib_trace_rank_0",
-                 "flight_recorder/comm_lib_trace_rank_1", "telemetry/run_ranks.sql",
-                 "events.json"):
+                 "code/changes.patch", "telemetry/run_ranks.sql", "events.json"):
         assert part in names, names
     assert "step 4: checkpoint staged" in bundle.folder.read("logs/rank-0.err").decode()
     assert manifest["code"]["commit"] == git_state(crashed["repo"])["head"].strip()

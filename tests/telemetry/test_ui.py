@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -30,6 +30,7 @@ from runtime.telemetry.ui import data
 from runtime.warden.model import Trigger
 from runtime.warden.triggers import trigger_node
 from testing.doubles.kube_apiserver import KubeApiServer
+from testing.wait import WaitTimeout, wait_until
 from testing.warden import gpu_node
 from tests.warden.conftest import RunningWorker, fast_config
 from tests.warden.test_warden_flow import result
@@ -200,6 +201,7 @@ class UiProcess:
     process: subprocess.Popen[str]
     url: str
     output: list[str]
+    reader: threading.Thread
 
     @classmethod
     def start(cls, dsn: str, *extra: str, env: dict[str, str] | None = None) -> UiProcess:
@@ -207,16 +209,29 @@ class UiProcess:
                    "--temporal-address", "127.0.0.1:1", *extra]
         process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, env=env or _env())
-        assert process.stdout is not None
         output: list[str] = []
-        first = process.stdout.readline()  # blocks until the server says where it listens
-        output.append(first)
-        threading.Thread(target=lambda: output.extend(process.stdout or []), daemon=True).start()
+        reader = threading.Thread(target=lambda: output.extend(process.stdout or []),
+                                  daemon=True)
+        reader.start()
+        server = cls(process, "", output, reader)
+        try:  # the first line says where it listens
+            first = wait_until(lambda: output[:1], 120, "gkr ui to say where it listens")[0]
+        except WaitTimeout:
+            server.fail("gkr ui did not start")
         found = re.search(r"(http://127\.0\.0\.1:\d+/)", first)
         if found is None:
-            process.kill()
-            pytest.fail(f"gkr ui did not start: {first}{process.stdout.read()}")
-        return cls(process, found.group(1), output)
+            server.fail("gkr ui did not start")
+        server.url = found.group(1)
+        return server
+
+    def fail(self, why: str) -> NoReturn:
+        """Fail the test with the server's output and, when it is stuck, every thread's
+        stack (faulthandler, on in `_env`, prints them on SIGABRT)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGABRT)
+        self.process.wait(timeout=60)
+        self.reader.join(timeout=60)  # the last lines, up to the closed pipe
+        pytest.fail(f"{why}:\n{''.join(self.output)}")
 
     def get(self, path: str) -> tuple[int, dict[str, str], bytes]:
         """Status, headers and body of a GET (an HTTP error status is an answer too)."""
@@ -225,6 +240,8 @@ class UiProcess:
                 return answer.status, dict(answer.headers), answer.read()
         except urllib.error.HTTPError as error:
             return error.code, dict(error.headers), error.read()
+        except TimeoutError:
+            self.fail(f"no answer to GET {path} within 120 s")
 
     def json(self, path: str, status: int = 200) -> Any:
         code, _, body = self.get(path)
@@ -244,7 +261,8 @@ def _rfc3339(moment: datetime) -> str:
 
 def _env() -> dict[str, str]:
     # No cluster: an empty kubeconfig path list falls back to ~/.kube/config, so point at none.
-    return {**os.environ, "KUBECONFIG": "/nonexistent/kubeconfig", "NO_COLOR": "1"}
+    return {**os.environ, "KUBECONFIG": "/nonexistent/kubeconfig", "NO_COLOR": "1",
+            "PYTHONFAULTHANDLER": "1"}
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
--- A run's sample ledger as the verdict reads it (runtime/telemetry/ledger_verdict.py):
+-- The sample ledger of one run, or of runs judged as one stream (a DiLoCo experiment's
+-- learners), as the verdict reads it (runtime/telemetry/ledger_verdict.py):
 -- one row per micro-batch of a ledger row, numbered by ledger row (`row`), in row order.
 -- A line stored twice (a shipper's retry) counts once: LIMIT 1 BY its writer and step.
--- Parameters: {run:String}.
+-- Parameters: {runs:Array(String)}.
 SELECT row, step, group, rank, slot, slots, start, count, batch_start, batch_count,
        epoch_size, started, resumed_from, indexOf(['fresh', 'checkpoint', 'heal'], origin) - 1
        AS origin, at
@@ -10,12 +11,12 @@ FROM
     SELECT rowNumberInAllBlocks() AS row, *
     FROM
     (
-        SELECT step, group, rank, slot, slots, starts, count, batch_starts, batch_count,
+        SELECT run_id, step, group, rank, slot, slots, starts, count, batch_starts, batch_count,
                epoch_size, started, resumed_from, origin, at, pid
         FROM sample_ledger
-        WHERE run_id = {run:String}
-        ORDER BY started, rank, pid, step
-        LIMIT 1 BY started, rank, pid, step
+        WHERE run_id IN {runs:Array(String)}
+        ORDER BY run_id, started, rank, pid, step
+        LIMIT 1 BY run_id, started, rank, pid, step
     )
 )
 ARRAY JOIN starts AS start, batch_starts AS batch_start, arrayEnumerate(starts) AS micro

@@ -74,7 +74,7 @@ def ledger_view(store: Store, run: str) -> dict[str, Any]:
     """Whether the run trained every sample exactly once (`available` False, with the reason,
     when it has no ledger): the verdict's headline and its explanation."""
     try:
-        verdict = ledger_store.run_verdict(store, run)
+        verdict = ledger_store.run_verdict(store, [run])
     except ledger_store.NoLedger as error:
         return {"available": False, "message": str(error)}
     return {"available": True, "exactly_once": verdict.exactly_once,
