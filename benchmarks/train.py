@@ -158,7 +158,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-train-") as scratch:
             drivers.append(driver(overrides, Path(scratch)))
         with tempfile.TemporaryDirectory(prefix="bench-train-") as scratch:
-            unledgered.append(driver([*overrides, "telemetry.ledger=false"], Path(scratch)))
+            unledgered.append(driver([*overrides, "++telemetry.ledger=false"], Path(scratch)))
         plains.append(plain(overrides))
     print(f"\n{args.steps} steps of {CONFIG.relative_to(REPO)}, steady state after step "
           f"{warmup}, {args.repeats} run(s) each")
