@@ -5,13 +5,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint check security browser
+# PIP_TORCH_INDEX: where torch comes from when this machine has no local wheel (CI runners:
+# https://download.pytorch.org/whl/cpu, else PyPI's CUDA build is several GB).
+PIP_TORCH_INDEX ?=
+# The base of `make pr-diff`: the pull request's target branch in CI, HEAD here.
+BASE ?= HEAD
+
+.PHONY: setup demo test lint check security browser pr-diff
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q torch==2.13.0 $(if $(PIP_TORCH_INDEX),--index-url $(PIP_TORCH_INDEX))
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
@@ -20,11 +26,13 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/gkr run --local examples/train/tiny.yaml run.name=tiny-$$(date +%Y%m%d-%H%M%S) $(ARGS)
 
-# Style, the layer contracts (pyproject.toml [tool.importlinter]) and the type checker.
+# Style, the layer contracts (pyproject.toml [tool.importlinter]), the type checker, and the
+# pull-request pipeline's workflows (actionlint).
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
+	$(BIN)/actionlint -color=false
 
 # What CI gates on besides the tests: the committed tree is rendered and valid.
 check: setup
@@ -51,5 +59,10 @@ browser:
 # once. Each process holds a Ray session: 4 of them on 2 cores timed tests out (load ~40),
 # so 2. TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
-test: lint check security browser
+test: lint check security browser pr-diff
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+
+# The pull request's comment (.github/workflows/pull-request.yml): what the change does to
+# the manifests Argo CD applies, against BASE, as Markdown. `make test` builds it against HEAD.
+pr-diff: setup
+	@tools/pr-diff.sh "$(BASE)"
