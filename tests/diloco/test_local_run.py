@@ -1,5 +1,6 @@
 """`gkr run --local --diloco 2`: two learners, each a training run on its own local Ray (gloo,
-an auxiliary teacher over ZeroMQ, checkpoints), and the synchroniser, all on loopback."""
+an auxiliary teacher over ZeroMQ, checkpoints), and the synchroniser, all on loopback. The
+learners' sample ledgers, judged together by `gkr ledger`, cover their one stream once."""
 
 from __future__ import annotations
 
@@ -35,3 +36,19 @@ def test_a_local_diloco_experiment_trains_both_learners_through_the_synchroniser
         assert learner_checkpoints.latest() == 40  # each learner keeps its own checkpoints
     assert CheckpointStore(f"{tmp_path}/checkpoints/synchroniser").latest() == 4
     assert "DiLoCo experiment dl-test finished: 2 learners" in out
+    _judged_together(out, tmp_path / "telemetry")
+
+
+def _judged_together(out: str, store: Path) -> None:
+    """Each learner judges its own run (the other's shard unrecorded); `gkr ledger` over both
+    runs, from both learners' folders, finds the stream trained exactly once."""
+    runs = re.findall(r"^\[learner-\d\] sample ledger: exactly once: .* \(see `gkr ledger "
+                      r"(\S+)`\)$", out, re.MULTILINE)
+    assert len(runs) == 2, out[-4000:]
+    folders = [arg for learner in ("learner-0", "learner-1")
+               for arg in ("--folder", str(store / "learners" / learner / "ledger"))]
+    done = subprocess.run([*GKR, "ledger", *runs, *folders, "--dsn", f"chdb://{store}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith(f"runs {runs[0]}, {runs[1]}: exactly once"), done.stdout
+    assert "up to step 40" in done.stdout and "unrecorded" not in done.stdout

@@ -1,14 +1,14 @@
 """The sample ledger written by real runs (runtime.telemetry.ledger, wired in the training
 loop) and judged by its verdict: every sample trained exactly once through a plain 2-rank run,
 a Ray Train restart from a checkpoint after a rank is SIGKILLed, a resume on another layout
-and producer count, DiLoCo learners and auxiliary producers; and a planted duplicate caught.
+and producer count, and auxiliary producers; and a planted duplicate caught (DiLoCo learners:
+tests/diloco/test_local_run.py).
 The runs are testing.ft's: small MLPs on gloo, a feature stream in order, kills from the
 loader's producers."""
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -158,22 +158,3 @@ def test_auxiliary_producers_train_each_sample_once(local_ray: None, tmp_path: P
     run = _run(tmp_path, "served", served=True, layout={"max_world_size": 2})
     run_training(run, echo=lambda line: None)
     _exactly_once(tmp_path, 6, 6 * 2 * BATCH)
-
-
-@pytest.mark.slow
-def test_diloco_learners_each_train_their_shard_once(tmp_path: Path) -> None:
-    gkr = [sys.executable, "-c", "from generator.cli import main; main()"]
-    done = subprocess.run(
-        [*gkr, "run", "--local", "--diloco", "2", "examples/train/distill.yaml",
-         "run.name=dl-ledger", "run.steps=6", "layout.max_world_size=1",
-         "diloco.inner_steps=3", f"checkpoint.uri={tmp_path}/checkpoints",
-         f"telemetry.dsn=chdb://{tmp_path}/telemetry"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-4000:]
-    assert len(re.findall(r"sample ledger: exactly once", out)) == 2, out[-4000:]
-    rows = ledger(tmp_path / "telemetry")  # each learner has its own store (learners/<name>)
-    assert {r["group"] for r in rows} == {0, 1}
-    verdict = _verdict(rows)  # the learners' shards together: one stream, read once
-    assert verdict.exactly_once, verdict.explain()
-    assert verdict.reached_step == 6
