@@ -64,6 +64,10 @@ class Addon(_Model):
     ships_nccl_inspector: bool = False
     """A Fluent Bit chart whose config, env, volumes and affinity `gkr render` fills so that
     it ships the GPU jobs' NCCL Inspector dumps into ClickHouse (generator.platform.telemetry)."""
+    monitor_labels: str | None = None
+    """Dotted Helm value holding the labels of the chart's ServiceMonitor (dcgm-exporter:
+    `serviceMonitor.additionalLabels`), which `gkr render` fills with the labels the
+    platform's Prometheus selects monitors by (generator.platform.monitoring)."""
 
     @model_validator(mode="after")
     def _source(self) -> Addon:
@@ -71,6 +75,9 @@ class Addon(_Model):
             raise ValueError("give `chart` for a Helm repository, omit it for an oci:// chart")
         if self.gpu_tolerations in self.values:
             raise ValueError(f"values.{self.gpu_tolerations} is rendered (gpu_tolerations); "
+                             "remove it from values")
+        if self.monitor_labels is not None and _has_path(self.values, self.monitor_labels):
+            raise ValueError(f"values.{self.monitor_labels} is rendered (monitor_labels); "
                              "remove it from values")
         rendered = sorted(SHIPPER_VALUES & set(self.values)) if self.ships_nccl_inspector else []
         if rendered:
@@ -82,6 +89,14 @@ class Addon(_Model):
         """host:port of the Service `role`, from any namespace of the cluster."""
         service = self.services[role]
         return f"{service.name}.{self.namespace}:{service.port}"
+
+
+def _has_path(values: dict[str, Any], dotted: str) -> bool:
+    for key in dotted.split("."):
+        if not isinstance(values, dict) or key not in values:
+            return False
+        values = values[key]
+    return True
 
 
 class ServiceRef(_Model):
@@ -217,6 +232,19 @@ class Addons(_Model):
                          for role in sorted(a.services)]
                 raise ValueError(f"warden.{field}: {ref.addon}/{ref.service} is no add-on "
                                  f"service; known: {', '.join(known) or 'none'}")
+        return self
+
+    @model_validator(mode="after")
+    def _monitors_selectable(self) -> Addons:
+        prometheus = self.addons.get(self.warden.prometheus.addon)
+        spec = prometheus.values.get("prometheus", {}).get("prometheusSpec", {}) \
+            if prometheus else {}
+        if any(a.monitor_labels for a in self.addons.values()) and \
+                (spec.get("serviceMonitorSelector") or {}).get("matchExpressions"):
+            raise ValueError(
+                f"addons.{self.warden.prometheus.addon}.values.prometheus.prometheusSpec."
+                "serviceMonitorSelector: matchExpressions cannot be met by the labels "
+                "gkr render gives monitors (monitor_labels); select by matchLabels")
         return self
 
     def address(self, ref: ServiceRef) -> str:

@@ -26,6 +26,7 @@ from generator.platform.checks import (
     check_terraform_structure,
     terraform_binary,
 )
+from generator.platform.monitoring import NIL_USES_HELM_VALUES_DEFAULT
 from generator.policies import check_job_policies
 from generator.render import render_tree
 from generator.validate import check_kustomize, check_schemas
@@ -297,4 +298,81 @@ def test_warden_must_name_an_addon_service(tmp_path: Path) -> None:
     _edit_addons(root, lambda d: d["addons"].pop("temporal"))
     with pytest.raises(InvalidInput, match=r"warden\.temporal: temporal/frontend is no add-on "
                                            r"service; known: kube-prometheus-stack/prometheus"):
+        load_addons(root)
+
+
+# --- monitors the Prometheus selects (generator/platform/monitoring.py) ----------------------
+
+CHARTS = REPO.parent / "shared" / "reference" / "charts"  # the charts' own default values
+
+
+def _chart_defaults(folder: str) -> dict:
+    path = CHARTS / folder / "values.yaml"
+    if not path.exists():
+        pytest.skip(f"needs ../shared (the chart's default values): {path}")
+    return yaml.safe_load(path.read_text())
+
+
+def _apps(tree, cluster: str = "usc1-prod") -> dict[str, dict]:
+    documents = tree.manifests[f"platform/argocd/apps/{cluster}.yaml"]
+    return {d["metadata"]["name"]: d for d in documents}
+
+
+def _values(apps: dict[str, dict], name: str) -> dict:
+    return apps[name]["spec"]["source"]["helm"]["valuesObject"]
+
+
+def test_the_dcgm_monitor_carries_the_labels_the_installed_prometheus_selects(repo_tree) -> None:
+    """The selector as kube-prometheus-stack 65.1.1 renders it (templates/prometheus/
+    prometheus.yaml: the given serviceMonitorSelector, else `release: <release>` while
+    serviceMonitorSelectorNilUsesHelmValues, else all) from its chart defaults under the
+    catalog's values, against the labels the rendered dcgm-exporter release puts on its
+    ServiceMonitor (the dcgm-exporter chart's serviceMonitor.additionalLabels)."""
+    chart, dcgm_chart = (_chart_defaults("kube-prometheus-stack-65.1.1"),
+                         _chart_defaults("dcgm-exporter-3.5.0"))
+    tree, _ = repo_tree
+    apps = _apps(tree)
+    release = apps["usc1-prod-kube-prometheus-stack"]["spec"]["source"]["helm"]["releaseName"]
+    spec = {**chart["prometheus"]["prometheusSpec"],
+            **_values(apps, "usc1-prod-kube-prometheus-stack").get("prometheus", {}).get(
+                "prometheusSpec", {})}
+    assert spec["serviceMonitorSelectorNilUsesHelmValues"] is NIL_USES_HELM_VALUES_DEFAULT
+    wanted = (spec["serviceMonitorSelector"] or
+              ({"matchLabels": {"release": release}}
+               if spec["serviceMonitorSelectorNilUsesHelmValues"] else {}))
+    monitor = _values(apps, "usc1-prod-dcgm-exporter")["serviceMonitor"]
+    assert "additionalLabels" in dcgm_chart["serviceMonitor"]  # a key the chart has
+    assert monitor["enabled"] is True
+    assert wanted["matchLabels"].items() <= monitor["additionalLabels"].items()
+    assert wanted == {"matchLabels": {"release": "kube-prometheus-stack"}}
+
+
+@pytest.mark.parametrize(("spec", "labels"), [
+    ({"serviceMonitorSelector": {"matchLabels": {"scraped-by": "fleet"}}}, {"scraped-by": "fleet"}),
+    ({"serviceMonitorSelectorNilUsesHelmValues": False}, {}),  # it selects every monitor
+])
+def test_the_monitor_labels_follow_the_prometheus_selector(tmp_path: Path, spec: dict,
+                                                           labels: dict) -> None:
+    root = _copy_repo(tmp_path)
+    _edit_addons(root, lambda d: d["addons"]["kube-prometheus-stack"]["values"].update(
+        prometheus={"prometheusSpec": spec}))
+    apps = _apps(render_tree(root, Catalog(root), use_cache=False))
+    assert _values(apps, "usc1-prod-dcgm-exporter")["serviceMonitor"] == {
+        "enabled": True, "additionalLabels": labels}
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    (lambda d: d["addons"]["kube-prometheus-stack"]["values"].update(prometheus={
+        "prometheusSpec": {"serviceMonitorSelector": {"matchExpressions": [
+            {"key": "team", "operator": "In", "values": ["ml"]}]}}}),
+     r"serviceMonitorSelector: matchExpressions cannot be met"),
+    (lambda d: d["addons"]["dcgm-exporter"]["values"]["serviceMonitor"].update(
+        additionalLabels={"release": "mine"}),
+     r"addons\.dcgm-exporter: .*values\.serviceMonitor\.additionalLabels is rendered"),
+])
+def test_monitor_labels_the_render_cannot_give_are_catalog_errors(tmp_path: Path, edit,
+                                                                   expected: str) -> None:
+    root = _copy_repo(tmp_path)
+    _edit_addons(root, edit)
+    with pytest.raises(InvalidInput, match=expected):
         load_addons(root)
