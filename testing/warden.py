@@ -88,6 +88,24 @@ class _Server:
 JobPlan = Callable[[str, list[str]], tuple[bool, str, float]]
 
 
+def is_stress(argv: list[str]) -> bool:
+    """Whether a check Job's command runs the DCGM diagnostic (Warden's stress test)."""
+    return "dcgmi diag" in " ".join(argv)
+
+
+# What dcgmi prints without a host engine to connect to (DCGM 4.x; the user guide's
+# troubleshooting of "Unable to connect to host engine").
+NO_HOST_ENGINE = ("Error: unable to establish a connection to the specified host: localhost\n"
+                  "Error: Unable to connect to host engine. Host engine connection "
+                  "invalid/disconnected.")
+
+
+def without_host_engine(argv: list[str]) -> bool:
+    """Whether `dcgmi` runs before any `nv-hostengine` in the command (as a shell reads it)."""
+    text = " ".join(argv)
+    return "dcgmi" in text and not (0 <= text.find("nv-hostengine") < text.find("dcgmi"))
+
+
 def passing(node: str, argv: list[str]) -> tuple[bool, str, float]:
     return True, '{"findings": []}', 0.0
 
@@ -133,7 +151,8 @@ class CheckJobs:
 
     A Job created through the API becomes active, then ends `plan(node, argv)` seconds later:
     its status (Complete, or Failed with BackoffLimitExceeded) and its pod, labelled
-    `job-name`, whose container terminated with the plan's message.
+    `job-name`, whose container terminated with the plan's message. A command the real
+    container could not run fails as it would: `dcgmi` with no host engine started.
     """
 
     def __init__(self, kube: KubeApiServer, plan: JobPlan = passing) -> None:
@@ -156,7 +175,9 @@ class CheckJobs:
     def _start(self, job: Json) -> None:
         pod = job["spec"]["template"]["spec"]
         node = pod["nodeSelector"]["kubernetes.io/hostname"]
-        passed, message, seconds = self.plan(node, pod["containers"][0]["command"])
+        argv = pod["containers"][0]["command"]
+        passed, message, seconds = (False, NO_HOST_ENGINE, 0.0) if without_host_engine(argv) \
+            else self.plan(node, argv)
         meta = job["metadata"]
         self.kube.put({**job, "status": {"active": 1}})
         self._due.append((time.time() + seconds, meta["namespace"], meta["name"], passed,

@@ -177,9 +177,16 @@ class StressSuite(_Strict):
     timeout_s: float = Field(3600.0, gt=0, description="Deadline of the Job.")
 
     def as_suite(self) -> CheckSuite:
-        """The stress test as a generic check suite."""
-        argv = ["dcgmi", "diag", "-r", str(self.level)]
-        return CheckSuite(image=self.image, command=argv, timeout_s=self.timeout_s)
+        """The stress test as a generic check suite. `dcgmi` is a client of a DCGM host
+        engine and fails without one (DCGM user guide, "Starting the host engine"); the DCGM
+        exporter on the node embeds its own and serves no client, so the Job starts one
+        (`nv-hostengine` daemonizes, listening on localhost:5555, the port `dcgmi` tries),
+        runs the diagnostic, stops the engine (`--term`) and exits with the diagnostic's
+        status."""
+        script = (f"nv-hostengine && {{ dcgmi diag -r {self.level}; status=$?; "
+                  "nv-hostengine --term; exit $status; }")
+        return CheckSuite(image=self.image, command=["/bin/sh", "-c", script],
+                          timeout_s=self.timeout_s)
 
 
 class ChecksConfig(NodeChecks):

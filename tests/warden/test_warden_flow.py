@@ -20,7 +20,7 @@ from runtime.warden.model import Incident, ShrinkRequest, Trigger, node_workflow
 from runtime.warden.reservations import parse_stamp, stamp
 from runtime.warden.triggers import request_shrink, trigger_node
 from testing.wait import wait_until
-from testing.warden import RecordedEvents, gpu_node, running_pod
+from testing.warden import RecordedEvents, gpu_node, is_stress, running_pod
 from tests.warden.conftest import RunningWorker, fast_config
 
 pytestmark = pytest.mark.slow
@@ -96,7 +96,7 @@ def test_ambiguous_fault_runs_the_check_and_decides(loop, temporal, doubles, che
                                                      warden):
     kube, prom, _ = doubles
     check_jobs.plan = lambda node, argv: (
-        (node != "gpu-bad" or argv[0] == "dcgmi"),
+        (node != "gpu-bad" or is_stress(argv)),
         '{"findings": ["nccl all-reduce bandwidth 12 GB/s < 300"]}', 0.0)
     kube.put(gpu_node("gpu-bad"))
     kube.put(gpu_node("gpu-fine"))
@@ -122,7 +122,7 @@ def preflights(kube, node: str) -> list[dict]:
     """The preflight check Jobs Warden created for a node (not its stress tests)."""
     return [job for job in kube.objects("batch", "jobs")
             if job["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"] == node
-            and job["spec"]["template"]["spec"]["containers"][0]["command"][0] != "dcgmi"]
+            and not is_stress(job["spec"]["template"]["spec"]["containers"][0]["command"])]
 
 
 def runs(loop, temporal, node: str) -> int:
@@ -187,7 +187,7 @@ def test_a_suspect_held_off_since_its_trigger_runs_no_check(loop, temporal, doub
 def test_a_definite_fault_stops_a_running_check(loop, temporal, doubles, check_jobs, warden):
     kube, prom, gcp = doubles
     # The preflight would run past the test; the stress test after the reboot passes.
-    check_jobs.plan = lambda node, argv: (True, PASS, 0.0 if argv[0] == "dcgmi" else 3600.0)
+    check_jobs.plan = lambda node, argv: (True, PASS, 0.0 if is_stress(argv) else 3600.0)
     gcp.after_reset = lambda node: [prom.set(metric, node, 0, 0) for metric in (XID, DBE)]
     kube.put(gpu_node("gpu-slow"))
     prom.set(XID, "gpu-slow", 0, 74)

@@ -19,7 +19,7 @@ import yaml
 
 from runtime.warden.model import Trigger
 from runtime.warden.triggers import trigger_node
-from testing.warden import gpu_node
+from testing.warden import gpu_node, is_stress
 from tests.warden.conftest import fast_config
 from tests.warden.test_warden_flow import result, wait_for
 
@@ -41,7 +41,7 @@ def test_killed_worker_resumes_without_a_second_reboot(loop, temporal, doubles, 
     kube.put(gpu_node("gpu-kill"))
     # The stress test runs long enough to kill the worker while it waits on it.
     check_jobs.plan = lambda node, argv: (
-        True, '{"findings": []}', 6.0 if argv[0] == "dcgmi" else 0)
+        True, '{"findings": []}', 6.0 if is_stress(argv) else 0)
     config = fast_config(temporal, doubles, tmp_path)
     config_path = tmp_path / "warden.yaml"
     config_path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
@@ -52,7 +52,7 @@ def test_killed_worker_resumes_without_a_second_reboot(loop, temporal, doubles, 
         loop.run(trigger_node(temporal.client, config, "gpu-kill",
                               Trigger("fault", "Xid 79", "test")))
         wait_for("the stress test to start", lambda: any(
-            j["spec"]["template"]["spec"]["containers"][0]["command"][0] == "dcgmi"
+            is_stress(j["spec"]["template"]["spec"]["containers"][0]["command"])
             for j in kube.objects("batch", "jobs")), timeout=90)
         assert gcp.executions("reset") == ["gpu-kill"]
     finally:
@@ -75,5 +75,5 @@ def test_killed_worker_resumes_without_a_second_reboot(loop, temporal, doubles, 
     assert len(resets) == 1  # not even a de-duplicated second request
     assert gcp.executions("reset") == ["gpu-kill"]
     stress_jobs = [j for j in kube.objects("batch", "jobs")
-                   if j["spec"]["template"]["spec"]["containers"][0]["command"][0] == "dcgmi"]
+                   if is_stress(j["spec"]["template"]["spec"]["containers"][0]["command"])]
     assert len(stress_jobs) == 1  # the retried activity joined the Job already running

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,6 +25,7 @@ from runtime.warden.gce import instance_path
 from runtime.warden.jobcheck import findings
 from runtime.warden.model import ShrinkRequest, Suspicion, Trigger
 from runtime.warden.shrink import shrink_patch
+from testing.warden import without_host_engine
 
 DETECTION = DetectionConfig()
 
@@ -49,8 +53,33 @@ def test_thresholds_must_be_ordered():
 def test_stress_level_is_limited_to_dcgm_levels():
     with pytest.raises(ConfigError, match=r"checks.stress.level"):
         parse_config({"checks": {"stress": {"level": 5}}})
-    assert parse_config({"checks": {"stress": {"level": 2}}}).checks.stress.as_suite().command \
-        == ["dcgmi", "diag", "-r", "2"]
+    command = parse_config({"checks": {"stress": {"level": 2}}}).checks.stress.as_suite().command
+    assert command[:2] == ["/bin/sh", "-c"] and "dcgmi diag -r 2" in command[2]
+
+
+def test_the_stress_test_starts_a_host_engine_and_exits_with_the_diagnostics_status(
+        tmp_path: Path) -> None:
+    """The stress Job's shell script run by a real shell, with `nv-hostengine` and `dcgmi`
+    as stand-ins on PATH that log their argv: the engine starts before the diagnostic and
+    is stopped after it, and the Job's exit status is the diagnostic's."""
+    for name, body in (("nv-hostengine", 'echo "engine $*" >> "$LOG"'),
+                       ("dcgmi", 'echo "dcgmi $*" >> "$LOG"; exit "$DIAG_STATUS"')):
+        (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    command = parse_config({}).checks.stress.as_suite().command
+    for status in (0, 226):
+        log = tmp_path / f"log-{status}"
+        env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "LOG": str(log),
+               "DIAG_STATUS": str(status)}
+        assert subprocess.run(command, env=env, check=False).returncode == status
+        assert log.read_text().splitlines() == ["engine ", "dcgmi diag -r 3", "engine --term"]
+
+
+def test_the_job_double_fails_dcgmi_without_a_host_engine_as_the_container_would() -> None:
+    assert without_host_engine(["dcgmi", "diag", "-r", "3"])
+    assert without_host_engine(["/bin/sh", "-c", "dcgmi diag -r 3 && nv-hostengine"])
+    assert not without_host_engine(parse_config({}).checks.stress.as_suite().command)
+    assert not without_host_engine(["python", "-m", "runtime.preflight"])
 
 
 def _below(rule) -> st.SearchStrategy[float]:
