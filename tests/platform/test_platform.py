@@ -376,3 +376,19 @@ def test_monitor_labels_the_render_cannot_give_are_catalog_errors(tmp_path: Path
     _edit_addons(root, edit)
     with pytest.raises(InvalidInput, match=expected):
         load_addons(root)
+
+
+def test_gke_auto_repair_is_off_on_the_gpu_pools_warden_repairs() -> None:
+    """Warden drains, reboots and stress-tests GPU nodes; GKE's auto-repair would recreate
+    them underneath it. The head pool, which Warden leaves alone, keeps it."""
+    import hcl2
+
+    with (REPO / "terraform/modules/gke-cluster/node_pools.tf").open() as handle:
+        pools = {name.strip('"'): body for block in hcl2.load(handle)["resource"]
+                 for kind, named in block.items()
+                 if kind.strip('"') == "google_container_node_pool"
+                 for name, body in named.items()}
+    management = {name: pool["management"][0] for name, pool in pools.items()}
+    assert management["accelerators"]["auto_repair"] is False
+    assert management["heads"]["auto_repair"] is True
+    assert all(m["auto_upgrade"] is True for m in management.values())
