@@ -6,6 +6,7 @@ where values go, never what they are.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from generator.addons import ADDONS_FILE, load_addons
 from generator.catalog import Accelerator, AcceleratorPool, Catalog, Cluster, Platform, Priority
 from generator.errors import InvalidInput, Problem
 from generator.kinds import KINDS, KindTraits
@@ -25,6 +27,7 @@ from generator.units import format_cpus, parse_duration, quantity_value
 from generator.yamlio import LineMap, load_document, read_input, refusal
 from runtime.identity import Annotation, Env, JobKind, Taint, Workload
 from runtime.pods import GpuHost
+from runtime.warden.config import TemporalSettings
 
 GIB = Decimal(2**30)
 
@@ -68,6 +71,9 @@ class ResolvedJob:
     ttl_seconds: int | None
     rack_topology_key: str | None
     min_workers: int  # KubeRay may run a preemptible job with fewer workers (seed §4.2)
+    # Where Warden's workflows live (its Temporal frontend and namespace, from the add-on
+    # catalog): a torchft run sends its shrink requests there (runtime.ft.shrink).
+    warden_env: dict[str, str] = field(default_factory=dict)
     # Of one part of an experiment spec (`generator.experiments`): the GKR_* settings its pods
     # get beside their identity, and the Service the job's template renders in front of them.
     gkr_env: dict[str, str] = field(default_factory=dict)
@@ -113,7 +119,7 @@ class ResolvedJob:
     @property
     def identity_env(self) -> dict[str, str]:
         return (self.workload.env() | {Env.ACCELERATOR: self.spec.accelerator or "none"}
-                | self.gkr_env)
+                | self.warden_env | self.gkr_env)
 
     @property
     def interfaces(self) -> str | None:
@@ -180,7 +186,24 @@ def _fill(ctx: Context, display: str, user_env: dict[str, str]) -> ResolvedJob:
         rack_topology_key=(platform.topology[spec.rack_affinity.level]
                            if spec.rack_affinity else None),
         min_workers=0 if spec.preemptible else spec.pods,
+        warden_env=warden_env(ctx.catalog.root),
     )
+
+
+def warden_env(root: Path) -> dict[str, str]:
+    """Warden's Temporal frontend and namespace as pods read them (GKR_TEMPORAL_*), from the
+    add-on catalog: the service `warden.temporal` names and Warden's own settings."""
+    stat = (root / ADDONS_FILE).stat()
+    return dict(_warden_env(root, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=16)
+def _warden_env(root: Path, *_version: int) -> dict[str, str]:  # read once per file version
+    addons = load_addons(root)
+    namespace = addons.warden.settings.get("temporal", {}).get(
+        "namespace", TemporalSettings.model_fields["namespace"].default)
+    return {Env.TEMPORAL_ADDRESS: addons.address(addons.warden.temporal),
+            Env.TEMPORAL_NAMESPACE: str(namespace)}
 
 
 def _pod_size(

@@ -8,8 +8,8 @@ ConfigMap is rendered from the add-on catalog too.
 
 from __future__ import annotations
 
+from generator.addons import Addons, load_addons
 from generator.paths import ARGOCD_ROOT, CLUSTER_ROOTS, REGISTRY_ROOT, WARDEN_GENERATED
-from generator.platform.addons import Addons, load_addons
 from generator.platform.argocd import produce_argocd
 from generator.platform.context import PlatformContext
 from generator.platform.overlay import produce_components, produce_overlays

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from generator.addons import ADDONS_FILE, Addon, Wave
 from generator.catalog import Cluster
 from generator.manifests import render_documents, render_template
 from generator.paths import ARGOCD_ROOT, WARDEN_PATH, jobs_dir, overlay_dir
-from generator.platform.addons import ADDONS_FILE, Addon, Wave
 from generator.platform.context import PlatformContext
 from generator.platform.monitoring import selected_labels, with_labels
 from generator.platform.telemetry import fluent_bit_values

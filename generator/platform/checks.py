@@ -17,9 +17,9 @@ from typing import Any
 
 import hcl2
 
+from generator.addons import load_addons
 from generator.catalog import Catalog
 from generator.errors import Problem
-from generator.platform.addons import load_addons
 from generator.platform.context import PlatformContext
 from generator.platform.terraform import accelerator_pools, cluster_root
 from generator.tree import Tree

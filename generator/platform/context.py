@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from generator.addons import ADDONS_FILE, Addons
 from generator.catalog import Accelerator, Catalog, Cluster
-from generator.platform.addons import ADDONS_FILE, Addons
 from generator.tree import Tree
 from runtime.identity import Taint
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from generator.platform.addons import Addon
+from generator.addons import Addon
 
 # kube-prometheus-stack's default (values.yaml, prometheus.prometheusSpec) at the pinned
 # version; tests/platform/test_monitoring.py holds it against the chart's own values.

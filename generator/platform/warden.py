@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from generator.addons import ADDONS_FILE, Addons
 from generator.catalog import load_model
 from generator.errors import InvalidInput, Problem
 from generator.manifests import render_template
 from generator.paths import WARDEN_GENERATED as GENERATED
-from generator.platform.addons import ADDONS_FILE, Addons
 from generator.platform.context import PlatformContext
 from generator.pods import RUNTIME_IMAGE, node_checks
 from generator.yamlio import FieldPath, dump_documents, line_of

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from generator.addons import load_addons
 from generator.catalog import Catalog
 from generator.errors import InvalidInput
 from generator.output import GENERATED_ROOTS, plan_changes
-from generator.platform.addons import load_addons
 from generator.platform.checks import (
     check_terraform_fmt,
     check_terraform_structure,
@@ -392,3 +392,42 @@ def test_gke_auto_repair_is_off_on_the_gpu_pools_warden_repairs() -> None:
     assert management["accelerators"]["auto_repair"] is False
     assert management["heads"]["auto_repair"] is True
     assert all(m["auto_upgrade"] is True for m in management.values())
+
+
+def _containers(node):
+    """Every container spec under a manifest (any kind: pods, templates, RayCluster groups)."""
+    if isinstance(node, dict):
+        if "image" in node and "name" in node:
+            yield node
+        for value in node.values():
+            yield from _containers(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _containers(value)
+
+
+def test_every_job_pod_reaches_the_temporal_namespace_warden_runs_in(repo_tree) -> None:
+    """torchft's shrink requests (runtime.ft.shrink) go where Warden's worker polls: the
+    address and namespace in every rendered container that runs the runtime (it has a
+    GKR_ROLE; NIC daemons and the sentinel have none) are those of Warden's config."""
+    tree, _ = repo_tree
+    temporal = _warden_config(tree)["temporal"]
+    jobs = [path for path in tree.manifests if "/jobs/" in path]
+    assert jobs
+    for path in jobs:
+        for container in (c for doc in tree.manifests[path] for c in _containers(doc)):
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            if "GKR_ROLE" not in env:
+                continue
+            assert env["GKR_TEMPORAL_ADDRESS"] == temporal["address"], (path, container["name"])
+            assert env["GKR_TEMPORAL_NAMESPACE"] == temporal["namespace"] == "warden"
+
+
+def test_a_catalog_change_moves_the_jobs_temporal_too(tmp_path: Path) -> None:
+    root = _copy_repo(tmp_path)
+    _edit_addons(root, lambda d: d["warden"]["settings"]["temporal"].update(namespace="fleet"))
+    tree = render_tree(root, Catalog(root), use_cache=False)
+    path = next(p for p in tree.manifests if "/jobs/" in p)
+    env = {e["name"]: e.get("value") for doc in tree.manifests[path]
+           for c in _containers(doc) for e in c.get("env", [])}
+    assert env["GKR_TEMPORAL_NAMESPACE"] == _warden_config(tree)["temporal"]["namespace"] == "fleet"

