@@ -42,8 +42,8 @@ def test_a_local_diloco_experiment_trains_both_learners_through_the_synchroniser
 def _judged_together(out: str, store: Path) -> None:
     """Each learner judges its own run (the other's shard unrecorded); `gkr ledger` over both
     runs, from both learners' folders, finds the stream trained exactly once."""
-    runs = re.findall(r"^\[learner-\d\] sample ledger: exactly once: .* \(see `gkr ledger "
-                      r"(\S+)`\)$", out, re.MULTILINE)
+    runs = re.findall(r"\[learner-\d\] sample ledger: exactly once: .*?"
+                      r"\(see `gkr ledger (\S+?)`\)", out)
     assert len(runs) == 2, out[-4000:]
     folders = [arg for learner in ("learner-0", "learner-1")
                for arg in ("--folder", str(store / "learners" / learner / "ledger"))]
