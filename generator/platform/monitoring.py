@@ -17,7 +17,7 @@ from typing import Any
 from generator.addons import Addon
 
 # kube-prometheus-stack's default (values.yaml, prometheus.prometheusSpec) at the pinned
-# version; tests/platform/test_monitoring.py holds it against the chart's own values.
+# version; tests/platform/test_platform.py holds it against the chart's own values.
 NIL_USES_HELM_VALUES_DEFAULT = True
 
 
