@@ -436,15 +436,14 @@ def test_a_reachable_cluster_gives_its_nodes_and_gkr_pods(store_dsn, tmp_path) -
 
 @UNANSWERED_IN_FULL_SUITE
 @pytest.mark.slow
-def test_warden_nodes_come_from_temporal_and_node_annotations(request, store_dsn, tmp_path,
-                                                              monkeypatch) -> None:
+def test_warden_nodes_come_from_temporal_and_node_annotations(request, store_dsn,
+                                                              tmp_path) -> None:
     """A real Temporal dev server and Warden worker (tests/warden's fixtures, asked for by
     name) handle an incident on a node of the Kubernetes API double; gkr ui lists the node
     with its phase and Warden's cordon memory, as `gkr warden status` does."""
     runner, dev, fakes = map(request.getfixturevalue, ("loop", "temporal", "doubles"))
     fakes[0].put(gpu_node("gpu-ui"))
     config = fast_config(dev, fakes, tmp_path)
-    monkeypatch.delenv("GKR_TELEMETRY_DSN", raising=False)  # events to the log: no store held
     worker = RunningWorker(runner, dev, config, sweeps=False)
     try:
         runner.run(trigger_node(dev.client, config, "gpu-ui", Trigger("fault", "Xid 79")))

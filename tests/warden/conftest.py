@@ -12,6 +12,7 @@ from typing import Any
 
 from temporalio.testing import WorkflowEnvironment
 
+from runtime.telemetry.events import LogEvents
 from runtime.warden.config import WardenConfig, parse_config
 from runtime.warden.interfaces import EventLog
 from runtime.warden.worker import build_worker, ensure_sweeps, real_seams
@@ -54,11 +55,14 @@ def _merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 class RunningWorker:
-    """An in-process Warden worker (and its sweeps) on the session loop."""
+    """An in-process Warden worker (and its sweeps) on the session loop. Its events go to the
+    log unless `events` says otherwise: Warden's store events (GKR_TELEMETRY_DSN, the test
+    session's chDB folder) would open that folder from a thread of this test process, which
+    then cannot open another folder (chDB serves one per process), racing later tests."""
 
     def __init__(self, loop: Loop, temporal: WorkflowEnvironment, config: WardenConfig,
                  sweeps: bool = True, events: EventLog | None = None) -> None:
-        self.loop, self.config, self.events = loop, config, events
+        self.loop, self.config, self.events = loop, config, events or LogEvents()
         self.executor = ThreadPoolExecutor(max_workers=8)
         self.worker = loop.run(self._build(temporal, config))
         self.task = asyncio.run_coroutine_threadsafe(self.worker.run(), loop.loop)
@@ -68,8 +72,7 @@ class RunningWorker:
     async def _build(self, temporal: WorkflowEnvironment, config: WardenConfig) -> Any:
         # A worker binds to the running loop when it is built.
         seams = real_seams(config)
-        if self.events is not None:
-            seams.events = self.events
+        seams.events = self.events
         return build_worker(temporal.client, config, seams, self.executor)
 
     def stop(self) -> None:
