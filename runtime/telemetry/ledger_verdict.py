@@ -47,6 +47,7 @@ class Entries:
     """The ledger as columns, one entry per micro-batch of a row (`row` numbers the rows)."""
 
     row: Array
+    run: Array  # which of the runs judged together (DiLoCo learners are runs of their own)
     step: Array
     group: Array
     rank: Array
@@ -66,12 +67,14 @@ class Entries:
     def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> Entries:
         """From ledger lines as mappings (the file's keys)."""
         columns: dict[str, list[Any]] = {f.name: [] for f in fields(cls)}
+        runs: dict[str, int] = {}
         for number, row in enumerate(rows):
             micro = len(row["starts"])
             for name in ("step", "group", "rank", "slot", "slots", "count", "batch_count",
                          "epoch_size", "started", "resumed_from", "at"):
                 columns[name] += [row[name]] * micro
             columns["row"] += [number] * micro
+            columns["run"] += [runs.setdefault(row["run_id"], len(runs))] * micro
             columns["origin"] += [ORIGINS.index(row["origin"])] * micro
             columns["start"] += list(row["starts"])
             columns["batch_start"] += list(row["batch_starts"])
@@ -250,13 +253,16 @@ def _distinct(*keys: Array) -> tuple[Array, Array]:
 
 
 def _superseded(entries: Entries) -> npt.NDArray[np.bool_]:
-    """Rule 1: for each step an incarnation resumed from, the latest such start; an entry
-    written before it and past that step was rolled back."""
+    """Rule 1: for each run and step an incarnation resumed from, the latest such start; an
+    entry of that run written before it and past that step was rolled back (a run's restart
+    rolls back its own rows only: another DiLoCo learner's go on)."""
     restart = np.isin(entries.origin, RESTARTS)
     out = np.zeros(len(entries), dtype=bool)
-    for resumed in np.unique(entries.resumed_from[restart]):
-        latest = entries.started[restart & (entries.resumed_from == resumed)].max() / 1e9
-        out |= (entries.at < latest) & (entries.step > resumed)
+    for run, resumed in set(zip(entries.run[restart].tolist(),
+                                entries.resumed_from[restart].tolist(), strict=True)):
+        mine = entries.run == run
+        latest = entries.started[restart & mine & (entries.resumed_from == resumed)].max() / 1e9
+        out |= mine & (entries.at < latest) & (entries.step > resumed)
     return out
 
 

@@ -304,7 +304,8 @@ def test_a_million_rows_are_judged_in_numpy_not_per_sample() -> None:
                                                  indexing="ij"))
     batch = (step - 1) * ranks * bs
     entries = Entries.from_columns({
-        "row": np.arange(steps * ranks), "step": step, "group": np.full_like(step, -1),
+        "row": np.arange(steps * ranks), "run": np.zeros_like(step), "step": step,
+        "group": np.full_like(step, -1),
         "rank": rank, "slot": rank, "slots": np.full_like(step, ranks),
         "start": batch + rank * bs, "count": np.full_like(step, bs), "batch_start": batch,
         "batch_count": np.full_like(step, ranks * bs), "epoch_size": np.full_like(step, 10**9),
@@ -445,14 +446,18 @@ def test_gkr_ledger_judges_learners_runs_as_one_stream(tmp_path: Path) -> None:
     for learner in (0, 1):
         name, folder = f"learner-{learner}", tmp_path / f"learner-{learner}" / "ledger"
         (folder / name).mkdir(parents=True)
-        rows = [row | {"run_id": name} for row in run.rows if row["group"] == learner]
+        # learner-0 starts (fresh) 1.6 s later, after learner-1 committed its step 1: a start
+        # of its own run, which rolls back nothing of learner-1's (the lineage rule is per run)
+        late = 1.6 * (learner == 0)
+        rows = [row | {"run_id": name, "started": row["started"] + int(late * 1e9),
+                       "at": row["at"] + late} for row in run.rows if row["group"] == learner]
         (folder / name / f"{rows[0]['started']}-g{learner}-r0-1000.jsonl").write_text(
             "".join(json.dumps(row) + "\n" for row in rows))
         folders += ["--folder", str(folder)]
     code, out, _ = gkr("ledger", "learner-0", "learner-1", *folders,
                        "--dsn", f"chdb://{tmp_path / 'both'}")
     assert code == 0 and out.startswith("runs learner-0, learner-1: exactly once"), out
-    assert "unrecorded" not in out and "48 samples" in out
+    assert "unrecorded" not in out and "48 samples" in out and "0 superseded" in out
     code, out, _ = gkr("ledger", "learner-0", *folders[:2], "--dsn", f"chdb://{tmp_path / 'one'}")
     assert code == 0 and "unrecorded" in out, out
 
