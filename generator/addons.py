@@ -85,6 +85,10 @@ class Addon(_Model):
                              "(ships_nccl_inspector); remove them from values")
         return self
 
+    def prometheus_spec(self) -> dict[str, Any]:
+        """kube-prometheus-stack's `prometheus.prometheusSpec` values (empty when unset)."""
+        return dict(self.values.get("prometheus", {}).get("prometheusSpec", {}))
+
     def address(self, role: str) -> str:
         """host:port of the Service `role`, from any namespace of the cluster."""
         service = self.services[role]
@@ -237,8 +241,7 @@ class Addons(_Model):
     @model_validator(mode="after")
     def _monitors_selectable(self) -> Addons:
         prometheus = self.addons.get(self.warden.prometheus.addon)
-        spec = prometheus.values.get("prometheus", {}).get("prometheusSpec", {}) \
-            if prometheus else {}
+        spec = prometheus.prometheus_spec() if prometheus else {}
         if any(a.monitor_labels for a in self.addons.values()) and \
                 (spec.get("serviceMonitorSelector") or {}).get("matchExpressions"):
             raise ValueError(

@@ -24,7 +24,7 @@ NIL_USES_HELM_VALUES_DEFAULT = True
 def selected_labels(release: str, prometheus: Addon) -> dict[str, str]:
     """The labels a ServiceMonitor needs for the Prometheus of release `release` to select
     it (empty: it selects every monitor)."""
-    spec = prometheus.values.get("prometheus", {}).get("prometheusSpec", {})
+    spec = prometheus.prometheus_spec()
     selector: dict[str, Any] = spec.get("serviceMonitorSelector") or {}
     if selector:  # matchExpressions are refused by the catalog (Addons._monitors_selectable)
         return dict(selector.get("matchLabels", {}))

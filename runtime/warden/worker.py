@@ -19,22 +19,24 @@ from runtime.warden.alive import beat
 from runtime.warden.cluster import KubeCluster
 from runtime.warden.config import WardenConfig
 from runtime.warden.gce import GceRepair
+from runtime.warden.interfaces import EventLog
 from runtime.warden.jobcheck import JobNodeCheck
 from runtime.warden.model import SWEEP_WORKFLOW, SweepPlan
 from runtime.warden.prometheus import PrometheusTelemetry
 from runtime.warden.workflows import NodeWorkflow, ShrinkWorkflow, SweepWorkflow
 
 
-def real_seams(config: WardenConfig) -> Seams:
+def real_seams(config: WardenConfig, events: EventLog | None = None) -> Seams:
     """The production seams: Kubernetes API, Prometheus, Compute Engine, Jobs on the node,
-    and the telemetry store GKR_TELEMETRY_DSN names for Warden's actions (else its log)."""
+    and `events`, else the telemetry store GKR_TELEMETRY_DSN names for Warden's actions (else
+    its log)."""
     cluster = KubeCluster.connect(config.kubernetes)
     return Seams(
         cluster=cluster,
         telemetry=PrometheusTelemetry(config.prometheus, config.detection.node_label),
         cloud=GceRepair(config.cloud),
         check=JobNodeCheck(cluster, config.checks),
-        events=event_log(),
+        events=events if events is not None else event_log(),
     )
 
 

@@ -62,7 +62,8 @@ class RunningWorker:
 
     def __init__(self, loop: Loop, temporal: WorkflowEnvironment, config: WardenConfig,
                  sweeps: bool = True, events: EventLog | None = None) -> None:
-        self.loop, self.config, self.events = loop, config, events or LogEvents()
+        self.loop, self.config = loop, config
+        self.events = events if events is not None else LogEvents()
         self.executor = ThreadPoolExecutor(max_workers=8)
         self.worker = loop.run(self._build(temporal, config))
         self.task = asyncio.run_coroutine_threadsafe(self.worker.run(), loop.loop)
@@ -71,9 +72,8 @@ class RunningWorker:
 
     async def _build(self, temporal: WorkflowEnvironment, config: WardenConfig) -> Any:
         # A worker binds to the running loop when it is built.
-        seams = real_seams(config)
-        seams.events = self.events
-        return build_worker(temporal.client, config, seams, self.executor)
+        return build_worker(temporal.client, config, real_seams(config, self.events),
+                            self.executor)
 
     def stop(self) -> None:
         self.loop.run(self.worker.shutdown())
