@@ -253,16 +253,20 @@ def _distinct(*keys: Array) -> tuple[Array, Array]:
 
 
 def _superseded(entries: Entries) -> npt.NDArray[np.bool_]:
-    """Rule 1: for each run and step an incarnation resumed from, the latest such start; an
-    entry of that run written before it and past that step was rolled back (a run's restart
-    rolls back its own rows only: another DiLoCo learner's go on)."""
+    """Rule 1: for each step an incarnation resumed from, the latest such start; an entry
+    written before it and past that step was rolled back. A checkpoint continues whichever
+    run wrote it (a new run may resume another's), but a fresh start begins only its own
+    run's lineage: another DiLoCo learner's rows go on."""
     restart = np.isin(entries.origin, RESTARTS)
+    fresh = entries.origin == ORIGINS.index("fresh")
+    scope = np.where(fresh, entries.run, -1)  # -1: every run
     out = np.zeros(len(entries), dtype=bool)
-    for run, resumed in set(zip(entries.run[restart].tolist(),
+    for run, resumed in set(zip(scope[restart].tolist(),
                                 entries.resumed_from[restart].tolist(), strict=True)):
-        mine = entries.run == run
-        latest = entries.started[restart & mine & (entries.resumed_from == resumed)].max() / 1e9
-        out |= mine & (entries.at < latest) & (entries.step > resumed)
+        starts = restart & (scope == run) & (entries.resumed_from == resumed)
+        mine = entries.run == run if run >= 0 else np.ones(len(entries), dtype=bool)
+        out |= mine & (entries.at < entries.started[starts].max() / 1e9) \
+            & (entries.step > resumed)
     return out
 
 
