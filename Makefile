@@ -57,10 +57,12 @@ browser:
 # Parallel test processes (pytest-xdist): much of the suite waits on Ray, Temporal and
 # subprocesses; --dist loadfile keeps a module on one process, so its module fixtures run
 # once. Each process holds a Ray session: 4 of them on 2 cores timed tests out (load ~40),
-# so 2. TEST_WORKERS=0 runs the suite in one process.
+# so 2. TEST_WORKERS=0 runs the suite in one process. --no-loadscope-reorder keeps the
+# conftest's order (longest modules first, tests/durations.json): xdist's default reorders
+# modules by test count, which left a long module trailing alone at the end.
 TEST_WORKERS ?= 2
 test: lint check security browser pr-diff
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The pull request's comment (.github/workflows/pull-request.yml): what the change does to
 # the manifests Argo CD applies, against BASE, as Markdown. `make test` builds it against HEAD.

@@ -39,7 +39,7 @@ failed_runs=0
 for run in $(seq 1 "$runs"); do
   start=$SECONDS
   status=0
-  .venv/bin/pytest -m slow -q -p no:cacheprovider -n "${TEST_WORKERS:-2}" --dist loadfile \
+  .venv/bin/pytest -m slow -q -p no:cacheprovider -n "${TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
     --junitxml="$logs/run-$run.xml" "$@" >"$logs/run-$run.log" 2>&1 || status=$?
   elapsed=$((SECONDS - start))
   if [[ -s "$logs/run-$run.xml" ]]; then
