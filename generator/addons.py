@@ -151,7 +151,7 @@ class Precache(_Model):
 
 class NcclInstaller(_Model):
     image: str
-    """Installer image GKE publishes for the stack."""
+    """Installer image GKE publishes for the stack: a name in platform/catalog/images.yaml."""
     command: list[str]
     """Installer command; copies the plugin to `mount_path`."""
     host_path: str
@@ -210,7 +210,7 @@ class Addons(_Model):
     nccl_installers: dict[Stack, NcclInstaller]
     """NCCL plugin installer per GPUDirect stack."""
     pause_image: str
-    """Image of the idle container of installer DaemonSets."""
+    """Image of the idle container of installer DaemonSets: a name in images.yaml."""
     gpu_network_stacks: dict[Stack, NetworkStack]
     """GPU NIC network layout per GPUDirect stack."""
     terraform: TerraformFacts

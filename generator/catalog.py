@@ -29,7 +29,10 @@ from runtime.pods import GpuHost
 GpuStack = Literal["tcpx", "tcpxo", "rdma"]
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 PINNED_IMAGE = r"^[^@\s]+@sha256:[0-9a-f]{64}$"
+# An upstream image by tag (a `latest` or missing tag is not allowed: it pins nothing).
+TAGGED_IMAGE = r"^[^@\s:]+(:[0-9]+)?/[^@\s:]+:(?!latest$)[\w][\w.-]{0,127}$"
 ACCELERATORS_FILE = "platform/catalog/accelerators.yaml"
+IMAGES_FILE = "platform/catalog/images.yaml"
 
 
 class _Model(BaseModel):
@@ -240,13 +243,23 @@ class Platform(_Model):
 
 class Images(_Model):
     images: dict[str, str]
-    """Friendly name → image pinned to a digest."""
+    """Friendly name → image: pinned to a digest (the platform's own, or an upstream image
+    that `gkr images pin` resolved), or an upstream image by tag until it is pinned. The
+    provenance of every digest is in platform/catalog/images.lock (generator.images)."""
+    builds: dict[str, str] = Field(default_factory=dict)
+    """Name → the stage of platform/images/Containerfile that `gkr images build` builds."""
 
     @model_validator(mode="after")
     def _pinned(self) -> Images:
         for name, ref in self.images.items():
-            if not re.fullmatch(PINNED_IMAGE, ref):
-                raise ValueError(f"image {name!r} must be pinned: repository@sha256:<64 hex>")
+            if name in self.builds and not re.fullmatch(PINNED_IMAGE, ref):
+                raise ValueError(f"image {name!r} is built here, so it must be pinned: "
+                                 "repository@sha256:<64 hex>")
+            if not re.fullmatch(PINNED_IMAGE, ref) and not re.fullmatch(TAGGED_IMAGE, ref):
+                raise ValueError(f"image {name!r}: {ref!r} is neither repository@sha256:<64 hex> "
+                                 "nor an upstream repository:tag")
+        for name in sorted(set(self.builds) - set(self.images)):
+            raise ValueError(f"builds.{name} names no image of `images`")
         return self
 
 
@@ -419,8 +432,12 @@ class Catalog:
         return loaded.accelerators
 
     @cached_property
+    def image_catalog(self) -> Images:
+        return load_model(Images, self.root / IMAGES_FILE, self.root)[0]
+
+    @property
     def images(self) -> dict[str, str]:
-        return load_model(Images, self.root / "platform/catalog/images.yaml", self.root)[0].images
+        return self.image_catalog.images
 
     @cached_property
     def clusters(self) -> dict[str, Cluster]:
@@ -446,7 +463,7 @@ class Catalog:
 
     def load_all(self) -> None:
         """Parse every catalog file now (before forking render workers)."""
-        _ = self.platform, self.accelerators, self.images, self.clusters
+        _ = self.platform, self.accelerators, self.image_catalog, self.clusters
 
     def files(self) -> list[Path]:
         """Every catalog file, for cache keys and change detection. A file that may not be

@@ -133,7 +133,11 @@ def check_head(ctx: Context) -> Iterator[Finding]:
 
 def check_image(ctx: Context) -> Iterator[Finding]:
     image = ctx.spec.image
-    if image in ctx.catalog.images or re.fullmatch(PINNED_IMAGE, image):
+    if re.fullmatch(PINNED_IMAGE, ctx.catalog.images.get(image, image)):
+        return
+    if image in ctx.catalog.images:
+        yield ("image",), (f"catalog image {image!r} is an upstream image by tag; pin it "
+                           f"first (`gkr images pin {image}`)")
         return
     names = ", ".join(sorted(ctx.catalog.images))
     yield ("image",), (f"{image!r} is not pinned: use a catalog name ({names}) or "

@@ -29,6 +29,7 @@ from generator import schemas
 from generator.catalog import Catalog
 from generator.errors import CheckFailed, InvalidInput, Problem, StaleTree
 from generator.experiments import resolve_all
+from generator.images import placeholders, provenance_problems
 from generator.journal import recover
 from generator.kustomize import PassedBuilds, build
 from generator.lock import tree_lock
@@ -52,7 +53,9 @@ from generator.yamlio import load_all_rendered
 
 TreeCheck = Callable[[Tree, Catalog], list[Problem]]
 KUSTOMIZATION = "kustomization.yaml"
-KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "components"}  # what render writes
+# What render writes; `images` (the image transformer: names to pinned references) reads
+# nothing outside the file.
+KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "components", "images"}
 STALE_LISTED = 10  # files named in a "stale" message; the rest are counted
 
 
@@ -138,12 +141,16 @@ class Report:
     skipped: tuple[str, ...] = ()
     configs: int = 0  # training configs composed (generator.trainconfig)
     configs_unchecked: int = 0  # training runs whose config is not in the repository
+    placeholders: tuple[str, ...] = ()  # images whose digest no build has produced yet
 
     def summary(self) -> str:
         text = (f"valid: {self.specs} specs, {self.manifests} manifests, "
                 f"{self.built} kustomizations built, {self.configs} training configs")
         if self.configs_unchecked:
             text += f" ({self.configs_unchecked} not checked: not in the repository)"
+        if self.placeholders:
+            text += (f"; {len(self.placeholders)} images not built yet, their digests "
+                     f"placeholders ({', '.join(self.placeholders)}): `gkr images list`")
         if self.skipped:
             text += (f"; not checked here: {', '.join(self.skipped)} "
                      "(run `gkr validate` without paths for those)")
@@ -303,6 +310,9 @@ def validate_repository(root: Path, kustomize: bool = True,
     CheckFailed (a fault in the tree on disk) or StaleTree."""
     catalog = catalog or Catalog(root)
     fresh = render_tree(root, catalog)
+    unproven = provenance_problems(root, catalog)
+    if unproven:
+        raise InvalidInput(unproven)
     training = start_training_check(root, fresh.jobs)  # composes meanwhile
     disk, problems = disk_tree(root, fresh)
     problems += [problem for check in TREE_CHECKS for problem in check(disk, catalog)]
@@ -322,7 +332,7 @@ def validate_repository(root: Path, kustomize: bool = True,
     manifests = sum(len(documents) for documents in disk.manifests.values())
     skipped = () if kustomize else ("kubectl kustomize (--no-kustomize)",)
     return Report(len(fresh.jobs), manifests, len(folders) if kustomize else 0, skipped,
-                  *configs)
+                  *configs, placeholders=tuple(placeholders(root)))
 
 
 def _training_configs(report: TrainingReport) -> tuple[int, int]:

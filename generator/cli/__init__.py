@@ -18,5 +18,6 @@ from generator.cli import ui  # noqa: F401  isort: skip
 from generator.cli import diagnose  # noqa: F401  isort: skip
 from generator.cli import diloco  # noqa: F401  isort: skip
 from generator.cli import data  # noqa: F401  isort: skip
+from generator.cli import images  # noqa: F401  isort: skip
 
 __all__ = ["app", "main"]

@@ -112,7 +112,7 @@ def _precache(ctx: PlatformContext, cluster: Cluster) -> dict[str, Any]:
     return render_template(
         "platform/precache.yaml.j2", precache=precache, namespace=ctx.addons.namespaces.system,
         images=dict(sorted(ctx.catalog.images.items())),
-        keep_alive_image=ctx.catalog.images[precache.keep_alive_image],
+        keep_alive_image=ctx.image(precache.keep_alive_image, "precache.keep_alive_image"),
         accelerator_label=ctx.catalog.platform.labels["accelerator"],
         gke_accelerators=sorted({a.gke_accelerator for a in offered}),
         tolerations=ctx.gpu_tolerations(offered),
@@ -130,7 +130,9 @@ def produce_components(ctx: PlatformContext) -> None:
         folder = component_dir(name)
         daemonset = render_template(
             "platform/nccl_installer.yaml.j2", accelerator_name=name, accelerator=accelerator,
-            installer=installer, pause_image=ctx.addons.pause_image,
+            installer=installer,
+            installer_image=ctx.image(installer.image, f"nccl_installers.{stack}.image"),
+            pause_image=ctx.image(ctx.addons.pause_image, "pause_image"),
             accelerator_label=ctx.catalog.platform.labels["accelerator"],
             tolerations=ctx.gpu_tolerations([accelerator]),
         )

@@ -105,7 +105,8 @@ def _roce_zone(ctx: PlatformContext, cluster: Cluster) -> str | None:
 def _registry_root(ctx: PlatformContext) -> dict[str, Any] | None:
     """The registries the pinned images live in (Artifact Registry ones only)."""
     registries = {}
-    for image in sorted(ctx.catalog.images.values()):
+    own = ctx.catalog.image_catalog.builds  # upstream images' registries are not ours to grant
+    for image in sorted(ref for name, ref in ctx.catalog.images.items() if name in own):
         match = ARTIFACT_REGISTRY.match(image)
         if match:
             registries[f"{match['project']}-{match['repository_id']}"] = match.groupdict()

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from generator.addons import ADDONS_FILE, Addons
-from generator.catalog import load_model
+from generator.catalog import IMAGES_FILE, load_model
 from generator.errors import InvalidInput, Problem
 from generator.manifests import render_template
+from generator.paths import HEADER
 from generator.paths import WARDEN_GENERATED as GENERATED
 from generator.platform.context import PlatformContext
 from generator.pods import RUNTIME_IMAGE, node_checks
@@ -20,6 +21,7 @@ from runtime.pods import PREFLIGHT
 from runtime.warden.config import WardenConfig, parse_config
 
 CONFIGMAP = f"{GENERATED}/configmap.yaml"
+STRESS_IMAGE = "dcgm"  # the catalog's DCGM image: Warden's stress test runs dcgmi in it
 GKE_FILE = "platform/catalog/gke.yaml"
 SETTINGS: FieldPath = ("warden", "settings")
 
@@ -35,6 +37,17 @@ def produce_warden(ctx: PlatformContext) -> None:
     configmap = render_template("platform/warden_configmap.yaml.j2",
                                 config_text=dump_documents([ordered]))
     ctx.add(CONFIGMAP, [configmap], f"{ADDONS_FILE} (warden), {GKE_FILE} and runtime.identity")
+    ctx.tree.files[f"{GENERATED}/kustomization.yaml"] = (
+        HEADER.format(source=IMAGES_FILE) + dump_documents([_component(ctx)]))
+
+
+def _component(ctx: PlatformContext) -> dict[str, Any]:
+    """platform/warden/ includes this Component: the ConfigMap, and the catalog's image for
+    the Deployment's `image: gkr-runtime` (Kustomize's images transformer)."""
+    repository, digest = ctx.catalog.images[RUNTIME_IMAGE].split("@", 1)
+    return {"apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component",
+            "resources": ["configmap.yaml"],
+            "images": [{"name": RUNTIME_IMAGE, "newName": repository, "digest": digest}]}
 
 
 def filled_in(ctx: PlatformContext) -> dict[str, dict[str, Any]]:
@@ -47,8 +60,9 @@ def filled_in(ctx: PlatformContext) -> dict[str, dict[str, Any]]:
         "recovery": {"preemptible_priority_classes": [
             platform.priorities["preemptible"].priority_class]},
         # The same check settings `gkr check` uses: both build the same Job for a node.
-        "checks": node_checks(ctx.catalog).model_dump(mode="json") | {"preflight": {
-            "image": ctx.catalog.images[RUNTIME_IMAGE], "command": PREFLIGHT}},
+        "checks": node_checks(ctx.catalog).model_dump(mode="json") | {
+            "preflight": {"image": ctx.catalog.images[RUNTIME_IMAGE], "command": PREFLIGHT},
+            "stress": {"image": ctx.image(STRESS_IMAGE, "warden.settings.checks.stress")}},
         "reservations": {"taint_key": Taint.RESERVED_FOR},
     }
 
@@ -56,18 +70,27 @@ def filled_in(ctx: PlatformContext) -> dict[str, dict[str, Any]]:
 def warden_config(ctx: PlatformContext) -> dict[str, Any]:
     """The catalog's settings with the filled-in fields added; setting one of those is an error,
     so each fact keeps one source."""
-    settings = ctx.addons.warden.settings
-    config, clashes = dict(settings), []
-    for section, facts in filled_in(ctx).items():
-        given = settings.get(section, {})
-        if not isinstance(given, dict):
-            continue  # not a mapping: parse_config says what is allowed
-        clashes += [(section, key) for key in sorted(set(given) & set(facts))]
-        config[section] = {**given, **facts}
+    config, clashes = _merged(ctx.addons.warden.settings, filled_in(ctx), ())
     if clashes:
         raise InvalidInput([_problem(ctx, loc, "filled in by `gkr render` from its source; "
                                      "remove it here") for loc in clashes])
     return config
+
+
+def _merged(given: dict[str, Any], facts: dict[str, Any],
+            path: tuple[str, ...]) -> tuple[dict[str, Any], list[tuple[str, ...]]]:
+    """`given` with `facts` filled in, mappings merged key by key; and the paths both set."""
+    merged, clashes = dict(given), []
+    for key, fact in facts.items():
+        if key not in given:
+            merged[key] = fact
+        elif isinstance(fact, dict) and isinstance(given[key], dict):
+            merged[key], inner = _merged(given[key], fact, (*path, key))
+            clashes += inner
+        elif not isinstance(fact, dict):
+            clashes.append((*path, key))
+        # else: a mapping given as something else; parse_config says what is allowed
+    return merged, clashes
 
 
 def _problem(ctx: PlatformContext, loc: tuple[str | int, ...], message: str) -> Problem:
