@@ -41,7 +41,7 @@ from generator.names import (
     qualified_name_problem,
 )
 from generator.output import scan
-from generator.paths import job_path
+from generator.paths import WARDEN_GENERATED, job_path
 from generator.placement import spec_files
 from generator.platform.checks import check_terraform_structure, check_terraform_tools
 from generator.policies import check_job_policies
@@ -158,8 +158,10 @@ class Report:
 
 
 def _overlay_folders(kustomizations: list[str]) -> list[str]:
-    """Folders kubectl builds: base and overlays (components are built through overlays)."""
-    return [f for f in kustomizations if "/components/" not in f"/{f}/"]
+    """Folders kubectl builds: base and overlays (components are built through their users:
+    the accelerators' through overlays, Warden's generated one through platform/warden)."""
+    return [f for f in kustomizations
+            if "/components/" not in f"/{f}/" and f != WARDEN_GENERATED]
 
 
 def _kustomization_problem(root: Path, folder: str, text: str | None) -> str | None:

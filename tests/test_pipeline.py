@@ -33,9 +33,15 @@ def _prerequisites(target: str) -> set[str]:
 
 
 def test_every_pipeline_step_is_a_target_make_test_runs() -> None:
+    """`make images` (the main workflow's push to the real registry) is the one exception:
+    `make test` runs the same `gkr images build` against a local registry
+    (tests/test_images.py)."""
     steps = _make_targets_of_steps()
-    assert {"check", "lint", "security", "pr-diff"} <= steps, steps
-    assert steps - {"setup"} <= _prerequisites("test")
+    assert {"check", "lint", "security", "pr-diff", "images"} <= steps, steps
+    assert steps - {"setup", "images"} <= _prerequisites("test")
+    recipe = (ROOT / "Makefile").read_text().split("\nimages:", 1)[1].split("\n\n", 1)[0]
+    assert "$(BIN)/gkr images build" in recipe
+    assert '"images", "build"' in (ROOT / "tests/test_images.py").read_text()
 
 
 def test_the_comment_shows_the_rendered_change_against_the_base(tmp_path: Path) -> None:
