@@ -25,13 +25,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import git
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from ruamel.yaml import YAML
 
 from generator.catalog import IMAGES_FILE, PINNED_IMAGE, Catalog, load_model
 from generator.errors import BadRequest, GkrError, InvalidInput, Problem, ToolFailed
 from generator.problems import problems_from_validation
+from generator.vcs import load_git
 from generator.yamlio import line_of, load_document, read_input
 
 LOCK_FILE = "platform/catalog/images.lock"
@@ -168,7 +168,7 @@ def _describe(record: Built | Resolved | Placeholder | None, digest: str | None,
 def definition_hash(root: Path, commit: str | None = None) -> str:
     """sha256 over the definition's files, at a commit or in the working tree."""
     digest = hashlib.sha256()
-    repo = git.Repo(root) if commit else None
+    repo = load_git("hashing an image definition at a commit").Repo(root) if commit else None
     for path in DEFINITION:
         if repo is not None:
             data = repo.commit(commit).tree[path].data_stream.read()
@@ -251,6 +251,7 @@ def _push(tools: Buildah, tag: str) -> str:
 def _clean_head(root: Path) -> tuple[str, datetime]:
     """HEAD's commit and time; refused when the sources the images copy differ from it, so
     that the provenance names the commit the image holds."""
+    git = load_git("building an image (its provenance names a commit)")
     try:
         repo = git.Repo(root)
         head = repo.head.commit

@@ -178,7 +178,7 @@ def _flag_defaults(root: Path, flags: dict[str, Any]) -> dict[str, Any]:
 
 
 def _default_owner(root: Path) -> str:
-    from generator.cluster.vcs import git_email
+    from generator.vcs import git_email
 
     email = git_email(root)
     if not email:

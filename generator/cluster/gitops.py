@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from generator.catalog import Catalog
-from generator.cluster.vcs import load_git
 from generator.errors import BadRequest, StaleTree, ToolFailed
 from generator.output import GENERATED_ROOTS, write_tree
 from generator.placement import JOBS_DIR
 from generator.render import render_tree
 from generator.resolve import ResolvedJob
+from generator.vcs import load_git
 from generator.yamlio import load_document, read_input
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 # Stale outputs named in an error before it says "and N more".
 SHOWN = 5
-# What needs git, for the error when git is missing (see generator.cluster.vcs).
+# What needs git, for the error when git is missing (see generator.vcs).
 PURPOSE = "gkr submit --gitops"
 
 

@@ -13,8 +13,8 @@ from typing import Protocol
 
 import fsspec
 
-from generator.cluster.vcs import load_git
 from generator.errors import BadRequest, ToolFailed
+from generator.vcs import load_git
 
 # A fixed timestamp makes the archive depend only on names and contents (zip needs >= 1980).
 EPOCH = (1980, 1, 1, 0, 0, 0)

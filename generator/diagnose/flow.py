@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from generator.cluster.gitops import Patch, checkout, commit_patches
-from generator.cluster.vcs import git_email
 from generator.diagnose.review import (
     CHANGES,
     DECISION,
@@ -44,6 +43,7 @@ from generator.diagnose.workspace import (
     repository_with,
 )
 from generator.errors import BadRequest
+from generator.vcs import git_email
 from runtime.crash.agent import DIAGNOSIS, agent_env, read_answer, run_agent, save_answer
 from runtime.crash.code import CodeIdentity
 from runtime.crash.display import visible
