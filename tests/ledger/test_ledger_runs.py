@@ -1,8 +1,9 @@
 """The sample ledger written by real runs (runtime.telemetry.ledger, wired in the training
 loop) and judged by its verdict: every sample trained exactly once through a plain 2-rank run,
-a Ray Train restart from a checkpoint after a rank is SIGKILLed, a resume on another layout
-and producer count, and auxiliary producers; and a planted duplicate caught (DiLoCo learners:
-tests/diloco/test_local_run.py).
+and auxiliary producers; and a planted duplicate caught. The other failure paths' verdicts ride
+on the runs that test them: a Ray Train restart from a checkpoint and a resume on another
+layout and producer count in tests/runtime_ft/test_ft_restart.py, torchft kills in
+tests/runtime_ft/test_ft_chaos.py, DiLoCo learners in tests/diloco/test_local_run.py.
 The runs are testing.ft's: small MLPs on gloo, a feature stream in order, kills from the
 loader's producers."""
 
@@ -22,7 +23,7 @@ from runtime.run.config import TrainConfig
 from runtime.telemetry.ledger import LEDGER_DIR, LedgerWriter, ledger_folder, on_this_node
 from runtime.telemetry.ledger_verdict import Entries, Verdict, judge
 from runtime.train.driver import run_training
-from testing.ft import config, kills, ledger
+from testing.ft import config, ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = 4
@@ -111,46 +112,6 @@ def test_a_plain_two_rank_run_trains_each_sample_once(local_ray: None, tmp_path:
     planted = _verdict(_planted_duplicate(rows))
     assert not planted.exactly_once
     assert [(d.start, d.stop, d.steps) for d in planted.duplicated] == [(12, 16, (2, 3))]
-
-
-@pytest.mark.slow
-def test_a_restart_from_a_checkpoint_supersedes_the_rolled_back_steps(
-        local_ray: None, tmp_path: Path) -> None:
-    # As tests/runtime_ft/test_ft_restart.py: rank 0 reads sample 64 first in step 9, its
-    # producer reaches it once step 8 has its batch: the rank dies after step 6's checkpoint.
-    run = _run(tmp_path, "restart", kill_at=(64,), run={"name": "restart", "steps": 10,
-                                                       "max_failures": 1},
-               layout={"max_world_size": 2},
-               checkpoint={"uri": str(tmp_path / "ckpt"), "interval_steps": 3,
-                           "async_save": False})
-    run_training(run, echo=lambda line: None)
-    assert len(kills(tmp_path / "data")) == 1
-    rows = _exactly_once(tmp_path, 10, 10 * 2 * BATCH)
-    restarted = {(r["rank"], r["started"]) for r in rows if r["origin"] == "checkpoint"}
-    assert len(restarted) == 2 and {r["resumed_from"] for r in rows} == {0, 6}  # a file each
-    verdict = _verdict(rows)
-    assert verdict.superseded_rows == len([r for r in rows if r["origin"] == "fresh"
-                                           and r["step"] > 6]) > 0
-
-
-@pytest.mark.slow
-def test_a_resume_on_another_layout_and_producer_count_continues_the_stream(
-        local_ray: None, tmp_path: Path) -> None:
-    first = tmp_path / "first"
-    run_training(_run(tmp_path, "two", run={"name": "two", "steps": 8},
-                      layout={"max_world_size": 2},
-                      checkpoint={"uri": str(first), "interval_steps": 3}),
-                 echo=lambda line: None)
-    run_training(_run(tmp_path, "one", run={"name": "one", "steps": 10},
-                      layout={"max_world_size": 1},
-                      data={"producers": 3, "collators": 2},
-                      checkpoint={"uri": str(tmp_path / "second"),
-                                  "resume_from": str(first / "step-0000000006")}),
-                 echo=lambda line: None)
-    # Both runs' rows: the first's steps 7 and 8 were rolled back by the resume from step 6.
-    rows = _exactly_once(tmp_path, 10, 6 * 2 * BATCH + 4 * BATCH)
-    assert _verdict(rows).superseded_rows == 4
-    assert {r["slots"] for r in rows if r["origin"] == "checkpoint"} == {1}
 
 
 @pytest.mark.slow

@@ -1,16 +1,22 @@
 """Default recovery (seed §7.1), end to end with Ray Train, gloo ranks, real loader pipelines
 and DCP: a worker group that Ray Train restarts after a SIGKILL resumes from the newest
-checkpoint its run committed, and an explicit resume checkpoint loads into another layout."""
+checkpoint its run committed, and an explicit resume checkpoint loads into another layout and
+producer count. Both runs keep the sample ledger, whose verdict must be exactly once with the
+rolled-back steps superseded (issue 24: the ledger rides on these runs instead of repeating
+them)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch.distributed.checkpoint as dcp
 
+from runtime.run.config import TrainConfig
+from runtime.telemetry.ledger_verdict import Entries, Verdict, judge
 from runtime.train.driver import run_training
-from testing.ft import config, kills
+from testing.ft import config, kills, ledger
 
 pytestmark = pytest.mark.slow
 BATCH, WORLD = 4, 2
@@ -22,6 +28,22 @@ def _loader_state(step_dir: Path) -> dict[str, int]:
     return state["train"]["loader"]
 
 
+def _run(tmp_path: Path, name: str, **sections: Any) -> TrainConfig:
+    """A run with telemetry in tmp_path/telemetry (the ledger: tmp_path/ledger, conftest)."""
+    telemetry = {"enabled": True, "dsn": f"chdb://{tmp_path}/telemetry",
+                 "time_collectives": False}
+    run = {"name": name, **sections.pop("run")}
+    return config(tmp_path / "data", batch=BATCH, telemetry=telemetry, run=run, **sections)
+
+
+def _exactly_once(tmp_path: Path, steps: int, samples: int) -> tuple[Verdict, list[Any]]:
+    rows = ledger(tmp_path / "ledger")
+    verdict = judge(Entries.from_rows(rows))
+    assert verdict.exactly_once, verdict.explain()
+    assert (verdict.reached_step, verdict.samples) == (steps, samples)
+    return verdict, rows
+
+
 def test_a_restarted_worker_group_resumes_from_the_newest_committed_checkpoint(
     local_ray: None, tmp_path: Path
 ) -> None:
@@ -29,11 +51,11 @@ def test_a_restarted_worker_group_resumes_from_the_newest_committed_checkpoint(
     # one batch in flight its producer reaches it only once step 8 has its batch, so step 6's
     # blocking checkpoint is committed and step 9's cannot be.
     uri = tmp_path / "ckpt"
-    run = config(tmp_path / "data", kill_at=(64,), batch=BATCH,
-                 run={"steps": 12, "max_failures": 1},
-                 layout={"max_world_size": WORLD},
-                 checkpoint={"uri": str(uri), "interval_steps": 3, "keep_last": 2,
-                             "async_save": False})
+    run = _run(tmp_path, "restart", kill_at=(64,),
+               run={"steps": 12, "max_failures": 1},
+               layout={"max_world_size": WORLD},
+               checkpoint={"uri": str(uri), "interval_steps": 3, "keep_last": 2,
+                           "async_save": False})
     lines: list[str] = []
     result = run_training(run, echo=lines.append)
     assert len(kills(tmp_path / "data")) == 1  # a rank really died
@@ -45,26 +67,36 @@ def test_a_restarted_worker_group_resumes_from_the_newest_committed_checkpoint(
     assert sorted(result.losses) == list(range(1, 13))
     assert result.checkpoints == (9, 12)
     assert _loader_state(uri / "step-0000000012") == {"epoch": 0, "offset": 12 * WORLD * BATCH}
+    # The ledger: each rank's restarted incarnation resumed from step 6, and the steps the
+    # dead group had trained past it are superseded, not counted twice.
+    verdict, rows = _exactly_once(tmp_path, 12, 12 * WORLD * BATCH)
+    restarted_ranks = {(r["rank"], r["started"]) for r in rows if r["origin"] == "checkpoint"}
+    assert len(restarted_ranks) == WORLD and {r["resumed_from"] for r in rows} == {0, 6}
+    assert verdict.superseded_rows == len([r for r in rows if r["origin"] == "fresh"
+                                           and r["step"] > 6]) > 0
 
 
-def test_an_explicit_resume_checkpoint_loads_into_another_world_size(
+def test_an_explicit_resume_checkpoint_loads_into_another_layout_and_producer_count(
     local_ray: None, tmp_path: Path
 ) -> None:
     first = tmp_path / "first"
-    two = config(tmp_path / "data", batch=BATCH, run={"steps": 6},
-                 layout={"max_world_size": 2},
-                 checkpoint={"uri": str(first), "interval_steps": 3})
-    assert run_training(two, echo=lambda line: None).checkpoints == (3, 6)
+    two = _run(tmp_path, "two", run={"steps": 8}, layout={"max_world_size": 2},
+               checkpoint={"uri": str(first), "interval_steps": 3})
+    assert run_training(two, echo=lambda line: None).checkpoints[:2] == (3, 6)
 
     second = tmp_path / "second"
-    one = config(tmp_path / "data", batch=BATCH, run={"steps": 9},
-                 layout={"max_world_size": 1},
-                 checkpoint={"uri": str(second), "interval_steps": 3,
-                             "resume_from": str(first / "step-0000000006")})
+    one = _run(tmp_path, "one", run={"steps": 10}, layout={"max_world_size": 1},
+               data={"producers": 3, "collators": 2},
+               checkpoint={"uri": str(second), "interval_steps": 3,
+                           "resume_from": str(first / "step-0000000006")})
     result = run_training(one, echo=lambda line: None)
     assert result.plan.world_size == 1
     assert result.resumed is not None and result.resumed.step == 6
-    assert sorted(result.losses) == [7, 8, 9]
+    assert sorted(result.losses) == [7, 8, 9, 10]
     # The stream goes on where 2 ranks left it, now one batch of one rank per step.
     assert _loader_state(second / "step-0000000009") == {"epoch": 0,
                                                          "offset": 6 * 2 * BATCH + 3 * BATCH}
+    # Both runs' ledger rows: the first's steps 7 and 8 (2 ranks) were rolled back.
+    verdict, rows = _exactly_once(tmp_path, 10, 6 * 2 * BATCH + 4 * BATCH)
+    assert verdict.superseded_rows == 4
+    assert {r["slots"] for r in rows if r["origin"] == "checkpoint"} == {1}
