@@ -86,6 +86,7 @@ class Summary(NamedTuple):
     source: str
     dependencies: dict[str, str | None]
     parts: tuple[tuple[str, str], ...] = ()  # (path, text) of each other job
+    images: tuple[tuple[str, ...], ...] = ()  # the images each file's pods name, in order
 
     def fresh(self) -> bool:
         return all(h is not None and file_digest(Path(p)) == h

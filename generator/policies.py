@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from generator.admission import CONTAINER_LISTS, HOST_NAMESPACES, Allowance, allowance
@@ -98,6 +98,13 @@ def pod_specs(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]
     elif isinstance(node, list):
         for index, value in enumerate(node):
             yield from pod_specs(value, f"{path}[{index}]")
+
+
+def pod_images(documents: Iterable[Any]) -> tuple[str, ...]:
+    """Every container image the documents' pods name, in order of first appearance."""
+    return tuple(dict.fromkeys(container["image"] for document in documents
+                               for _, pod in pod_specs(document)
+                               for container in _containers(pod) if container.get("image")))
 
 
 def pod_problems(pod: dict[str, Any], accelerator: Accelerator | None,

@@ -29,7 +29,7 @@ from generator.cache import (
 from generator.errors import BadRequest, InvalidInput, Problem
 from generator.lock import tree_lock
 from generator.paths import HEADER, component_dir, overlay_dir
-from generator.tree import Documents, RenderContext, RenderedJob, Tree
+from generator.tree import Deferred, Documents, RenderContext, RenderedJob, Tree
 
 if TYPE_CHECKING:
     from generator.catalog import Catalog
@@ -60,6 +60,7 @@ class CatalogPart:
     files: dict[str, str]
     manifests: dict[str, Documents]
     overlays: dict[str, list[str]]
+    deferred: dict[str, Deferred]  # finished from the jobs (Tree.deferred)
 
 
 def render_tree(root: Path, catalog: Catalog | None = None, use_cache: bool = True) -> Tree:
@@ -76,6 +77,8 @@ def render_tree(root: Path, catalog: Catalog | None = None, use_cache: bool = Tr
             tree.manifests[path] = part.manifests[path]
     for job in rendered:
         tree.add_job(job)
+    for path, deferred in part.deferred.items():
+        tree.add(path, deferred.documents(rendered), deferred.source)
     _add_kustomizations(tree, part.overlays, render_cache)
     if render_cache:
         _save(root, render_cache)
@@ -173,7 +176,7 @@ def _rendered(path: Path, root: Path, key: str | None, made: Fresh | None,
         return jobs[part], _documents(kept, part)
 
     files = [(summary.path, summary.text), *summary.parts]
-    return [RenderedJob(file, text, summary.source, partial(details, part))
+    return [RenderedJob(file, text, summary.source, partial(details, part), summary.images[part])
             for part, (file, text) in enumerate(files)]
 
 
@@ -237,6 +240,7 @@ def _render_spec(path: Path, root: Path, catalog: Catalog) -> Fresh | list[Probl
     from generator.experiments import resolve_all
     from generator.manifests import render_job
     from generator.paths import job_path
+    from generator.policies import pod_images
     from generator.specs import load_spec
     from generator.yamlio import dump_documents
 
@@ -251,7 +255,8 @@ def _render_spec(path: Path, root: Path, catalog: Catalog) -> Fresh | list[Probl
     env_file = path.parent / job.spec.env_file if job.spec.env_file else None
     dependencies = {str(env_file): file_digest(env_file)} if env_file else {}
     parts = tuple((job_path(other), text) for other, text in zip(jobs[1:], texts[1:], strict=True))
-    summary = Summary(job_path(job), texts[0], job.source, dependencies, parts)
+    images = tuple(pod_images(docs) for docs in documents)
+    summary = Summary(job_path(job), texts[0], job.source, dependencies, parts, images)
     details = Details(loaded.spec, loaded.source.team, job.user_env, documents[0],
                       tuple(documents[1:]))
     return Fresh(summary, details, tuple(jobs))
@@ -288,7 +293,7 @@ def _catalog_part(root: Path, catalog_of: CatalogOf,
         for accelerator in sorted(cluster.accelerators)
         if f"{component_dir(accelerator)}/kustomization.yaml" in tree.files
     ] for name, cluster in catalog.clusters.items()}
-    part = CatalogPart(tree.files, dict(tree.manifests), overlays)
+    part = CatalogPart(tree.files, dict(tree.manifests), overlays, tree.deferred)
     if render_cache:
         render_cache.put_catalog_part(part)
     return part

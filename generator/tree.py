@@ -9,11 +9,11 @@ heavy: `gkr render` with nothing to render starts fast.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, MutableMapping, MutableSequence
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from generator.errors import InvalidInput, Problem
 from generator.paths import HEADER
@@ -25,6 +25,15 @@ if TYPE_CHECKING:
 Documents = list[dict[str, Any]]
 
 
+class Deferred(Protocol):
+    """A file a catalog producer leaves to be finished from the rendered jobs."""
+
+    @property
+    def source(self) -> str: ...
+
+    def documents(self, jobs: Sequence[RenderedJob]) -> Documents: ...
+
+
 @dataclass(frozen=True)
 class RenderedJob:
     """One job's output file. Its resolved job and documents come from `details`: at hand for
@@ -34,6 +43,7 @@ class RenderedJob:
     text: str
     source: str
     details: Callable[[], tuple[ResolvedJob, Documents]]
+    images: tuple[str, ...] = ()  # the images its pods name (read without its documents)
 
     @cached_property
     def _details(self) -> tuple[ResolvedJob, Documents]:
@@ -122,6 +132,9 @@ class Tree:
     files: dict[str, str] = field(default_factory=dict)
     manifests: MutableMapping[str, Documents] = field(default_factory=Manifests)
     jobs: MutableSequence[ResolvedJob] = field(default_factory=Jobs)
+    # Files that depend on the jobs, by path, from producers that see none (render_tree
+    # completes them once every job is rendered).
+    deferred: dict[str, Deferred] = field(default_factory=dict)
 
     def add(self, path: str, documents: Documents, source: str, text: str | None = None) -> None:
         """Add a YAML file of manifests (`text` when already serialised)."""

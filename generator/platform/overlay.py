@@ -11,6 +11,8 @@ from generator.errors import InvalidInput, Problem
 from generator.manifests import render_documents, render_template
 from generator.paths import HEADER, component_dir, jobs_dir, overlay_dir
 from generator.platform.context import CATALOG_SOURCE, PlatformContext
+from generator.platform.warden import STRESS_IMAGE
+from generator.precache import Precache
 from generator.yamlio import dump_documents
 
 
@@ -28,7 +30,7 @@ def produce_overlays(ctx: PlatformContext) -> None:
         ctx.add(f"{folder}/rbac.yaml", render_documents("platform/rbac.yaml.j2", cluster=cluster),
                 source)
         ctx.add(f"{folder}/kueue.yaml", _kueue(ctx, cluster), source)
-        ctx.add(f"{folder}/image-precache.yaml", [_precache(ctx, cluster)], CATALOG_SOURCE)
+        ctx.tree.deferred[f"{folder}/image-precache.yaml"] = _precache(ctx, cluster)
         ctx.tree.files[f"{jobs_dir(cluster.name)}/{JOBS_KEEP}"] = _jobs_keep(cluster)
 
 
@@ -106,17 +108,19 @@ def _kueue(ctx: PlatformContext, cluster: Cluster) -> list[dict[str, Any]]:
     )
 
 
-def _precache(ctx: PlatformContext, cluster: Cluster) -> dict[str, Any]:
+def _precache(ctx: PlatformContext, cluster: Cluster) -> Precache:
+    """The cluster's pre-cache DaemonSet, which warms its images once its jobs are known."""
     offered = list(ctx.offered(cluster).values())
     precache = ctx.addons.precache
-    return render_template(
+    daemonset = render_template(
         "platform/precache.yaml.j2", precache=precache, namespace=ctx.addons.namespaces.system,
-        images=dict(sorted(ctx.catalog.images.items())),
         keep_alive_image=ctx.image(precache.keep_alive_image, "precache.keep_alive_image"),
         accelerator_label=ctx.catalog.platform.labels["accelerator"],
         gke_accelerators=sorted({a.gke_accelerator for a in offered}),
         tolerations=ctx.gpu_tolerations(offered),
     )
+    return Precache(daemonset, tuple(precache.warm_command), jobs_dir(cluster.name),
+                    ctx.image(STRESS_IMAGE, "warden.settings.checks.stress"), CATALOG_SOURCE)
 
 
 def produce_components(ctx: PlatformContext) -> None:
