@@ -90,6 +90,8 @@ class Warden:
     CLEARED_UNTIL: Final = PREFIX + "cleared-until"  # RFC 3339, UTC: when they count again
     SHRINK_REQUESTS: Final = PREFIX + "shrink-requests"  # on a RayCluster
     CHECK_RUN: Final = PREFIX + "run"  # on a check Job: the workflow run that started it
+    # On a workload Warden will drain: JSON of the node, the reason, the deadline and the pods.
+    DRAIN: Final = PREFIX + "drain"
 
 
 class Env:
@@ -118,6 +120,9 @@ class Env:
     TELEMETRY_PASSWORD: Final = "GKR_TELEMETRY_PASSWORD"
     # The agent command `gkr diagnose` runs (shell words), over the catalog's `agent.command`.
     AGENT_COMMAND: Final = "GKR_AGENT_COMMAND"
+    # Warden's drain notices also go to this incoming webhook (Slack's JSON), from a Secret:
+    # the URL's path is its credential, so it is never in the ConfigMap nor in a log line.
+    WARDEN_WEBHOOK: Final = "GKR_WARDEN_WEBHOOK_URL"
 
 
 # The identity field each GKR_* variable carries into a pod (`Workload.env`, `Identity.from_env`).

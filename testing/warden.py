@@ -5,7 +5,8 @@ each is an in-process HTTP server that speaks the subset of the real API Warden 
 paths, query, JSON shapes, status codes, Compute's requestId de-duplication); Warden's real
 client (urllib) talks to them unchanged, and every request is kept in a call log. The
 Kubernetes API is the shared double of testing/doubles/kube_apiserver.py; here are the objects
-and controllers Warden's tests put in it (nodes, pods, the Job controller, a reboot).
+and controllers Warden's tests put in it (nodes, pods, the Job controller, KubeRay's RayClusters
+and their pods, a reboot), and the chat webhook its drain notices go to.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from urllib.parse import parse_qs, urlparse
 
 from generator.catalog import Catalog
 from generator.pods import node_checks
+from runtime.identity import Annotation
 from testing.doubles.kube_apiserver import KubeApiServer
 
 Json = dict[str, Any]
@@ -136,6 +138,129 @@ def running_pod(namespace: str, name: str, node: str, owner: str = "Job",
                  "containers": [{"name": "main", "image": "trainer"}]},
         "status": {"phase": "Running"},
     }
+
+
+def raycluster(namespace: str, name: str, workers: int, rayjob: str = "") -> Json:
+    """A RayCluster of one worker group, as KubeRay v1 stores it; made by `rayjob` when given
+    (KubeRay labels such a cluster with its RayJob and makes the RayJob its controller)."""
+    meta: Json = {"name": name, "namespace": namespace}
+    if rayjob:
+        meta["labels"] = {"ray.io/originated-from-crd": "RayJob",
+                          "ray.io/originated-from-cr-name": rayjob}
+        meta["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": rayjob,
+                                    "uid": f"uid-{rayjob}", "controller": True,
+                                    "blockOwnerDeletion": True}]
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": meta,
+            "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {}},
+                     "workerGroupSpecs": [{"groupName": "workers", "replicas": workers,
+                                           "minReplicas": 0, "maxReplicas": workers,
+                                           "numOfHosts": 1, "template": {}}]}}
+
+
+def rayjob(namespace: str, name: str, owner: str = "") -> Json:
+    """A RayJob as the generator renders it (its owner annotation), KubeRay's status aside."""
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob",
+            "metadata": {"name": name, "namespace": namespace,
+                         "annotations": {Annotation.OWNER: owner} if owner else {}},
+            "spec": {"entrypoint": "python train.py", "shutdownAfterJobFinishes": True}}
+
+
+def ray_pod(namespace: str, name: str, node: str, cluster: str, node_type: str = "worker",
+            priority: str = "", owner: str = "") -> Json:
+    """A running pod of a RayCluster, as KubeRay makes it: controlled by the RayCluster and
+    labelled with it, its node type and group (ray-operator's utils/constant.go)."""
+    group = "headgroup" if node_type == "head" else "workers"
+    pod = running_pod(namespace, name, node, priority=priority)
+    pod["metadata"]["labels"] = {"ray.io/cluster": cluster, "ray.io/node-type": node_type,
+                                 "ray.io/group": group, "ray.io/is-ray-node": "yes"}
+    pod["metadata"]["annotations"] = {Annotation.OWNER: owner} if owner else {}
+    pod["metadata"]["ownerReferences"] = [{
+        "apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster,
+        "uid": f"uid-{cluster}", "controller": True, "blockOwnerDeletion": True}]
+    return pod
+
+
+class KubeRay:
+    """Plays KubeRay's RayCluster controller for the pods Warden evicts: a deleted pod of a
+    RayCluster that still exists is replaced by a new pod of the same group, pending (no node:
+    the scheduler would place it on a node that is not cordoned)."""
+
+    def __init__(self, kube: KubeApiServer) -> None:
+        self.kube = kube
+        self.replaced: list[str] = []  # `namespace/name` of the pods it replaced
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        seen = 0
+        while not self.kube.closed:
+            for change in self.kube.wait_changes(seen, ("", "pods"), 0.05):
+                seen = change.version
+                if change.type == "DELETED":
+                    self._replace(change.object)
+
+    def _replace(self, pod: Json) -> None:
+        meta = pod["metadata"]
+        cluster = next((o["name"] for o in meta.get("ownerReferences") or []
+                        if o.get("kind") == "RayCluster"), None)
+        if cluster is None or self.kube.get("ray.io", "rayclusters", meta["namespace"],
+                                            cluster) is None:
+            return
+        group = meta["labels"]["ray.io/group"]
+        name = f"{cluster}-{group}-{uuid.uuid4().hex[:5]}"
+        spec = {k: v for k, v in pod["spec"].items() if k != "nodeName"}
+        self.kube.put({**pod, "metadata": {k: v for k, v in meta.items()
+                                           if k not in ("uid", "resourceVersion")} | {
+                           "name": name}, "spec": spec, "status": {"phase": "Pending"}})
+        self.replaced.append(f"{meta['namespace']}/{meta['name']}")
+
+
+class ChatWebhook:
+    """A Slack incoming webhook (https://api.slack.com/messaging/webhooks) on loopback: a POST
+    of JSON with a non-empty `text` is answered 200 `ok`; another body 400 `invalid_payload`.
+    `status` other than 200 makes it fail as Slack does when it cannot post (500
+    `rollup_error`). Each POST is kept as (path, Content-Type, decoded body)."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.status = status
+        self.posts: list[tuple[str, str, Any]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                kind = self.headers.get("Content-Type", "")
+                owner.posts.append((self.path, kind, _json_or_none(raw)))
+                code, text = owner.answer(kind, raw)
+                self.send_response(code)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def answer(self, content_type: str, raw: bytes) -> tuple[int, bytes]:
+        body = _json_or_none(raw)
+        if not content_type.startswith("application/json") or not isinstance(body, dict) \
+                or not isinstance(body.get("text"), str) or not body["text"]:
+            return 400, b"invalid_payload"
+        return (200, b"ok") if self.status == 200 else (self.status, b"rollup_error")
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _json_or_none(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
 
 
 def reboot(kube: KubeApiServer, name: str) -> None:

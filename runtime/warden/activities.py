@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,11 +16,20 @@ from temporalio import activity
 from temporalio.client import Client
 
 from runtime.errors import ConfigError
+from runtime.kube import NotFound
 from runtime.telemetry.events import LogEvents
 from runtime.warden import memory
 from runtime.warden.config import WardenConfig
 from runtime.warden.detect import Detector
-from runtime.warden.interfaces import CloudRepair, Cluster, EventLog, NodeCheck, Telemetry
+from runtime.warden.interfaces import (
+    CloudRepair,
+    Cluster,
+    DrainNotice,
+    EventLog,
+    NodeCheck,
+    OwnerNotifier,
+    Telemetry,
+)
 from runtime.warden.keeper import ReservationKeeper
 from runtime.warden.model import (
     CheckResult,
@@ -31,9 +41,17 @@ from runtime.warden.model import (
     Trigger,
     Workloads,
 )
+from runtime.warden.notify import kube_notifiers
+from runtime.warden.reservations import stamp
 from runtime.warden.shrink import shrink_patch
 from runtime.warden.triggers import trigger_node
-from runtime.warden.workloads import classify_pods
+from runtime.warden.workloads import (
+    classify_pods,
+    drain_notices,
+    pod_ref,
+    rayclusters_to_read,
+    user_pods,
+)
 
 TRIGGERS_AT_ONCE = 32  # signal-with-start calls in flight to Temporal at once, per sweep
 
@@ -47,6 +65,8 @@ class Seams:
     cloud: CloudRepair
     check: NodeCheck
     events: EventLog = field(default_factory=LogEvents)  # what Warden did, for people
+    # How owners hear of a drain, in order; None: the Kubernetes ones (notify.kube_notifiers).
+    notifiers: list[OwnerNotifier] | None = None
 
 
 class WardenActivities:
@@ -55,6 +75,8 @@ class WardenActivities:
     def __init__(self, config: WardenConfig, seams: Seams, client: Client) -> None:
         self.config, self.seams, self.client = config, seams, client
         self.cluster = seams.cluster
+        self.notifiers = kube_notifiers(self.cluster) if seams.notifiers is None \
+            else seams.notifiers
 
     def all(self) -> list[Any]:
         """Every activity, for the worker's registration."""
@@ -178,14 +200,36 @@ class WardenActivities:
     @activity.defn(name="warden.workloads")
     def workloads(self, node: str) -> Workloads:
         """User pods left on the node, split into blocking and drainable."""
-        return classify_pods(self.config.recovery, self.cluster.pods_on_node(node))
+        pods = self.cluster.pods_on_node(node)
+        return classify_pods(self.config.recovery, pods, self._rayclusters(pods))
+
+    def _rayclusters(self, pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The RayClusters whose shape decides about these pods, by `namespace/name`; one
+        that is gone is left out (its pods, being collected, block until they leave)."""
+        found = {}
+        for ref in rayclusters_to_read(self.config.recovery, pods):
+            namespace, name = ref.split("/", 1)
+            with suppress(NotFound):
+                found[ref] = self.cluster.get_raycluster(namespace, name)
+        return found
 
     @activity.defn(name="warden.notify_owners")
     def notify_owners(self, node: str, pods: list[str], grace_s: float) -> None:
-        """Tell each owner, through a Warning event on the pod, that it will be drained."""
-        for ref in pods:
-            namespace, name = ref.split("/", 1)
-            self.cluster.post_event(namespace, _drain_event(node, namespace, name, grace_s))
+        """Tell the owner of each workload with pods to drain, through every notifier, when and
+        why they are evicted. The notifiers go in order, the webhook last: a retry after a
+        failed Kubernetes write (Events, annotations: these raise) posts no message twice."""
+        notices = self._notices(node, pods, grace_s)
+        for notifier in self.notifiers:
+            notifier.notify(notices)
+
+    def _notices(self, node: str, pods: list[str], grace_s: float) -> list[DrainNotice]:
+        """The notices of these pods, read afresh: a pod gone meanwhile needs none."""
+        wanted = set(pods)
+        chosen = [p for p in self.cluster.pods_on_node(node) if pod_ref(p) in wanted]
+        chosen = user_pods(self.config.recovery, chosen)
+        reason = memory.notes(self.cluster.get_node(node)).get(memory.REASON, "")
+        deadline = stamp(time.time() + grace_s)
+        return drain_notices(chosen, self._rayclusters(chosen), node, reason, deadline, grace_s)
 
     @activity.defn(name="warden.evict")
     def evict(self, pods: list[str]) -> None:
@@ -200,10 +244,10 @@ class WardenActivities:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             pods = await asyncio.to_thread(self.cluster.pods_on_node, node)
-            left = classify_pods(self.config.recovery, pods)
-            if not left.blocking and not left.drainable:
+            left = len(user_pods(self.config.recovery, pods))
+            if not left:
                 return True
-            activity.heartbeat(len(left.blocking) + len(left.drainable))
+            activity.heartbeat(left)
             await asyncio.sleep(self.config.recovery.poll_s)
         return False
 
@@ -273,19 +317,3 @@ def _rebooted(node: dict[str, Any], old_boot_id: str) -> bool:
     )
     return ready and boot_id != old_boot_id
 
-
-def _drain_event(node: str, namespace: str, pod: str, grace_s: float) -> dict[str, Any]:
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{pod}.warden-", "namespace": namespace},
-        "involvedObject": {"kind": "Pod", "namespace": namespace, "name": pod},
-        "reason": "WardenDrainScheduled",
-        "message": f"node {node} is faulty; this pod is evicted in {grace_s:.0f}s",
-        "type": "Warning",
-        "source": {"component": "warden"},
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }

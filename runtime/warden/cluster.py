@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from contextlib import suppress
 
-from runtime.kube import JOB, NODE, POD, RAYCLUSTER, RAYJOB, Kube, NotFound, Obj
+from runtime.kube import JOB, NODE, POD, RAYCLUSTER, RAYJOB, Kind, Kube, NotFound, Obj
 from runtime.warden.config import KubernetesSettings
+from runtime.warden.interfaces import WorkloadKind
+
+WORKLOADS: dict[WorkloadKind, Kind] = {"Job": JOB, "RayJob": RAYJOB, "RayCluster": RAYCLUSTER}
 
 
 class KubeCluster:
@@ -63,3 +66,9 @@ class KubeCluster:
 
     def list_rayjobs(self) -> list[Obj]:
         return self.kube.list(RAYJOB)
+
+    def annotate(self, kind: WorkloadKind, namespace: str, name: str,
+                 annotations: dict[str, str]) -> None:
+        # A merge patch of the annotations alone: no read, no conflict with its controller.
+        self.kube.patch(WORKLOADS[kind], name, {"metadata": {"annotations": annotations}},
+                        namespace=namespace)

@@ -164,6 +164,15 @@ class RecoveryConfig(_Strict):
     poll_s: float = Field(10.0, gt=0, description="Polling period while waiting on the cluster.")
 
 
+class NotifyConfig(_Strict):
+    """How drain notices reach owners beyond Kubernetes (Events and the workload annotation).
+
+    The chat webhook's URL comes from the environment (`runtime.identity.Env.WARDEN_WEBHOOK`,
+    filled from a Secret), never from this ConfigMap: the URL's path is its credential."""
+
+    webhook_timeout_s: float = Field(10.0, gt=0, description="Timeout of one webhook POST.")
+
+
 _RUNTIME_IMAGE = "us-docker.pkg.dev/reve-gkr/images/gkr-runtime@sha256:" + "0" * 64
 
 
@@ -263,6 +272,7 @@ class WardenConfig(_Strict):
     reservations: ReservationConfig = Field(
         default_factory=ReservationConfig, description="Relaunch reservations."
     )
+    notify: NotifyConfig = Field(default_factory=NotifyConfig, description="Drain notices.")
     activity_timeout_s: float = Field(120.0, gt=0, description="Timeout of short activities.")
     heartbeat_s: float = Field(30.0, gt=0, description="Heartbeat timeout of long activities.")
     liveness_file: str | None = Field(
@@ -271,6 +281,14 @@ class WardenConfig(_Strict):
     sweep_iterations: int = Field(
         100, ge=1, description="Sweeps before a sweep workflow continues as new."
     )
+
+    @model_validator(mode="after")
+    def _webhook_inside_activity(self) -> WardenConfig:
+        # The webhook is posted within the notify activity: one that hangs must fail before the
+        # activity times out, or every retry would post the Events and annotations again.
+        if self.notify.webhook_timeout_s >= self.activity_timeout_s:
+            raise ValueError("notify.webhook_timeout_s must be below activity_timeout_s")
+        return self
 
 
 def parse_config(data: object, source: str = "config") -> WardenConfig:

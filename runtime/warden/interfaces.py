@@ -6,12 +6,15 @@ real client and a test double exchange exactly what the API server would.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from runtime.pods import CheckSuite
 from runtime.warden.model import CheckResult
 
 Json = dict[str, Any]
+WorkloadKind = Literal["Job", "RayJob", "RayCluster"]  # what an owner submits and Warden drains
 
 
 class Cluster(Protocol):
@@ -31,6 +34,8 @@ class Cluster(Protocol):
     def get_raycluster(self, namespace: str, name: str) -> Json: ...
     def patch_raycluster(self, namespace: str, name: str, patch: Json) -> Json: ...
     def list_rayjobs(self) -> list[Json]: ...
+    def annotate(self, kind: WorkloadKind, namespace: str, name: str,
+                 annotations: dict[str, str]) -> None: ...  # NotFound when it is gone
 
 
 class Telemetry(Protocol):
@@ -58,3 +63,32 @@ class NodeCheck(Protocol):
 
     def start(self, node: str, suite: CheckSuite, name: str) -> None: ...
     def result(self, name: str) -> CheckResult | None: ...
+
+
+@dataclass(frozen=True, order=True)
+class WorkloadRef:
+    """The object an owner submitted (a batch Job, a RayJob, a RayCluster of their own)."""
+
+    kind: WorkloadKind
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class DrainNotice:
+    """What the owner of one workload is told before Warden evicts its pods on a node."""
+
+    node: str
+    reason: str  # why the node is faulty (its cordon reason)
+    deadline: str  # RFC 3339, UTC: when the pods are evicted
+    grace_s: float
+    workload: WorkloadRef
+    pods: tuple[str, ...]  # `namespace/name`, those on the node
+    owner: str  # who submitted it (the generator's owner annotation); "" when unknown
+
+
+class OwnerNotifier(Protocol):
+    """One way of telling owners that their workloads are about to be drained (the notices
+    of one drain of one node)."""
+
+    def notify(self, notices: Sequence[DrainNotice]) -> None: ...

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -13,23 +14,25 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from runtime.identity import Env
 from runtime.telemetry.events import event_log
 from runtime.warden.activities import Seams, WardenActivities
 from runtime.warden.alive import beat
 from runtime.warden.cluster import KubeCluster
 from runtime.warden.config import WardenConfig
 from runtime.warden.gce import GceRepair
-from runtime.warden.interfaces import EventLog
+from runtime.warden.interfaces import Cluster, EventLog, OwnerNotifier
 from runtime.warden.jobcheck import JobNodeCheck
 from runtime.warden.model import SWEEP_WORKFLOW, SweepPlan
+from runtime.warden.notify import WebhookNotifier, kube_notifiers
 from runtime.warden.prometheus import PrometheusTelemetry
 from runtime.warden.workflows import NodeWorkflow, ShrinkWorkflow, SweepWorkflow
 
 
 def real_seams(config: WardenConfig, events: EventLog | None = None) -> Seams:
     """The production seams: Kubernetes API, Prometheus, Compute Engine, Jobs on the node,
-    and `events`, else the telemetry store GKR_TELEMETRY_DSN names for Warden's actions (else
-    its log)."""
+    drain notices (`owner_notifiers`), and `events`, else the telemetry store
+    GKR_TELEMETRY_DSN names for Warden's actions (else its log)."""
     cluster = KubeCluster.connect(config.kubernetes)
     return Seams(
         cluster=cluster,
@@ -37,7 +40,16 @@ def real_seams(config: WardenConfig, events: EventLog | None = None) -> Seams:
         cloud=GceRepair(config.cloud),
         check=JobNodeCheck(cluster, config.checks),
         events=events if events is not None else event_log(),
+        notifiers=owner_notifiers(config, cluster),
     )
+
+
+def owner_notifiers(config: WardenConfig, cluster: Cluster) -> list[OwnerNotifier]:
+    """Events and the workload annotation, then the chat webhook when the environment names
+    one (Env.WARDEN_WEBHOOK): last, so that it posts once the Kubernetes records are made."""
+    url = os.environ.get(Env.WARDEN_WEBHOOK, "")
+    webhook = [WebhookNotifier(url, config.notify.webhook_timeout_s)] if url else []
+    return [*kube_notifiers(cluster), *webhook]
 
 
 def build_worker(client: Client, config: WardenConfig, seams: Seams,

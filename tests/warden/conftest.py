@@ -38,6 +38,7 @@ def fast_config(env: WorkflowEnvironment, doubles: tuple, tmp_path: Path,
                                            "command": ["python", "-m", "runtime.preflight"],
                                            "timeout_s": 30},
                    "stress": {"level": 1, "timeout_s": 30}},
+        "notify": {"webhook_timeout_s": 2},
         "activity_timeout_s": 10,
         "heartbeat_s": 3,
     }

@@ -8,6 +8,7 @@ clients talk to.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,12 +16,23 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
+from runtime.identity import Env, Warden
 from runtime.warden import memory
 from runtime.warden.model import Incident, ShrinkRequest, Trigger, node_workflow_id
 from runtime.warden.reservations import parse_stamp, stamp
 from runtime.warden.triggers import request_shrink, trigger_node
 from testing.wait import wait_until
-from testing.warden import RecordedEvents, gpu_node, is_stress, running_pod
+from testing.warden import (
+    ChatWebhook,
+    KubeRay,
+    RecordedEvents,
+    gpu_node,
+    is_stress,
+    ray_pod,
+    raycluster,
+    rayjob,
+    running_pod,
+)
 from tests.warden.conftest import RunningWorker, fast_config
 
 pytestmark = pytest.mark.slow
@@ -296,6 +308,94 @@ def test_drain_notifies_waits_then_evicts_only_preemptible_jobs(loop, temporal, 
     kube.delete("", "pods", "team-a", "ray-worker-3")  # the job ends; the recovery sweep resumes
     wait_for("reboot after the job ended", lambda: "gpu-busy" in gcp.executions("reset"))
     wait_for("uncordon", lambda: not node_of(kube, "gpu-busy")["spec"].get("unschedulable"))
+
+
+SLOW_NCCL = '{"findings": ["nccl all-reduce bandwidth 12 GB/s < 300"]}'
+
+
+def test_a_single_node_rayjob_is_noticed_then_evicted_while_a_gang_blocks(
+        loop, temporal, doubles, check_jobs, tmp_path, monkeypatch):
+    kube, _, gcp = doubles
+    check_jobs.plan = lambda node, argv: (is_stress(argv), SLOW_NCCL, 0.0)  # preflight fails
+    hook = ChatWebhook()
+    monkeypatch.setenv(Env.WARDEN_WEBHOOK, hook.url + "/services/T0/B0/s3cr3t")
+    kuberay = KubeRay(kube)
+    kube.put(gpu_node("gpu-tune"))
+    kube.put(rayjob("team-c", "tune", owner="ada@example.com"))
+    kube.put(raycluster("team-c", "tune-rc", workers=1, rayjob="tune"))
+    kube.put(ray_pod("team-c", "tune-rc-workers-a1", "gpu-tune", "tune-rc",
+                     priority="gkr-preemptible", owner="ada@example.com"))
+    kube.put(gpu_node("gpu-gang"))
+    kube.put(raycluster("team-a", "pretrain", workers=4))
+    kube.put(ray_pod("team-a", "pretrain-workers-b2", "gpu-gang", "pretrain",
+                     priority="gkr-preemptible"))
+    config = fast_config(temporal, doubles, tmp_path)
+    worker = RunningWorker(loop, temporal, config)
+    try:
+        suspect = Trigger("suspect", "Xid 74", "test", ("Xid 74",))
+        for node in ("gpu-tune", "gpu-gang"):
+            loop.run(trigger_node(temporal.client, config, node, suspect))
+        assert result(loop, temporal, "gpu-tune").phase == "healthy"
+        gang = result(loop, temporal, "gpu-gang")
+    finally:
+        worker.stop()
+        hook.close()
+
+    notified = next(r for r in kube.requests
+                    if r.method == "POST" and r.path == "/api/v1/namespaces/team-c/events")
+    evicted = kube.requests_to(
+        "POST", "/api/v1/namespaces/team-c/pods/tune-rc-workers-a1/eviction")
+    assert evicted and evicted[0].at - notified.at >= 1.0  # after the grace period
+    assert kuberay.replaced == ["team-c/tune-rc-workers-a1"]  # KubeRay made it anew, elsewhere
+    assert "gpu-tune" in gcp.executions("reset")
+
+    note = json.loads(kube.get("ray.io", "rayjobs", "team-c", "tune")["metadata"][
+        "annotations"][Warden.DRAIN])
+    assert note["node"] == "gpu-tune" and note["pods"] == ["team-c/tune-rc-workers-a1"]
+    assert "nccl all-reduce bandwidth 12 GB/s < 300" in note["reason"]
+    deadline = parse_stamp(note["deadline"])  # notice time + grace, to the second
+    assert deadline is not None and notified.at - 1.0 < deadline <= evicted[0].at
+    [event] = kube.objects("", "events", "team-c")
+    assert (event["reason"], event["involvedObject"]["name"]) == (
+        "WardenDrainScheduled", "tune-rc-workers-a1")
+    assert f"evicted at {note['deadline']}" in event["message"]
+    [(path, content_type, body)] = hook.posts
+    assert path == "/services/T0/B0/s3cr3t" and content_type == "application/json"
+    assert list(body) == ["text"]
+    for part in ("Warden drains node gpu-tune", "12 GB/s &lt; 300", note["deadline"],
+                 "- RayJob team-c/tune (owner ada@example.com): team-c/tune-rc-workers-a1"):
+        assert part in body["text"]
+
+    assert gang.phase == "waiting-for-workloads"  # the multi-node RayCluster's pod blocks
+    assert kube.get("", "pods", "team-a", "pretrain-workers-b2") is not None
+    assert not [r for r in kube.requests if r.method == "POST" and "/team-a/" in r.path]
+    assert Warden.DRAIN not in (kube.get("ray.io", "rayclusters", "team-a", "pretrain")[
+        "metadata"].get("annotations") or {})
+    assert "gpu-gang" not in gcp.executions("reset")
+
+
+def test_a_webhook_answering_500_does_not_stop_the_drain(loop, temporal, doubles, tmp_path,
+                                                         monkeypatch):
+    kube, _, gcp = doubles
+    hook = ChatWebhook(status=500)
+    monkeypatch.setenv(Env.WARDEN_WEBHOOK, hook.url + "/services/T0/B0/s3cr3t")
+    kube.put(gpu_node("gpu-hook"))
+    kube.put(raycluster("team-d", "solo", workers=0))  # head only, made directly
+    kube.put(ray_pod("team-d", "solo-head-x", "gpu-hook", "solo", "head", "gkr-preemptible"))
+    config = fast_config(temporal, doubles, tmp_path)
+    worker = RunningWorker(loop, temporal, config, sweeps=False)
+    try:
+        loop.run(trigger_node(temporal.client, config, "gpu-hook",
+                              Trigger("fault", "Xid 79", "test")))
+        assert result(loop, temporal, "gpu-hook").phase == "healthy"
+    finally:
+        worker.stop()
+        hook.close()
+    assert len(hook.posts) == 1  # tried once; its failure was logged, not retried
+    assert kube.get("", "pods", "team-d", "solo-head-x") is None
+    assert Warden.DRAIN in kube.get("ray.io", "rayclusters", "team-d", "solo")["metadata"][
+        "annotations"]
+    assert "gpu-hook" in gcp.executions("reset")
 
 
 def test_shrink_is_idempotent_per_request_id(loop, temporal, doubles, warden):

@@ -46,16 +46,17 @@ def test_manifests_validate_and_the_config_parses():
 
 def test_rbac_grants_only_what_warden_calls():
     rules = {
-        (group, resource): set(rule["verbs"])
+        (doc["kind"], group, resource): set(rule["verbs"])
         for doc in _build() if doc["kind"] in ("ClusterRole", "Role")
         for rule in doc["rules"] for group in rule["apiGroups"] for resource in rule["resources"]
     }
     assert rules == {
-        ("", "nodes"): {"get", "list", "watch", "patch"},
-        ("", "pods"): {"list"},
-        ("", "pods/eviction"): {"create"},
-        ("", "events"): {"list", "create"},
-        ("ray.io", "rayclusters"): {"get", "patch"},
-        ("ray.io", "rayjobs"): {"list"},
-        ("batch", "jobs"): {"create", "get"},
+        ("ClusterRole", "", "nodes"): {"get", "list", "watch", "patch"},
+        ("ClusterRole", "", "pods"): {"list"},
+        ("ClusterRole", "", "pods/eviction"): {"create"},
+        ("ClusterRole", "", "events"): {"list", "create"},
+        ("ClusterRole", "ray.io", "rayclusters"): {"get", "patch"},
+        ("ClusterRole", "ray.io", "rayjobs"): {"list", "patch"},
+        ("ClusterRole", "batch", "jobs"): {"patch"},  # drain notices on user Jobs
+        ("Role", "batch", "jobs"): {"create", "get"},  # check Jobs, in Warden's namespace
     }
