@@ -53,6 +53,7 @@ accelerators:
     zone: asia-southeast1-b
     reservation: projects/reve-train-asia/reservations/a4-dev
     compact_placement: true
+    gvnic_network: gvnic-1
     gpu_networks: [rdma-0, rdma-1, rdma-2, rdma-3, rdma-4, rdma-5, rdma-6, rdma-7]
 teams:
   research: {namespace: team-research, queue: research, group: gkr-research@reve.ai}
@@ -96,7 +97,7 @@ def test_new_cluster_from_one_catalog_file(tmp_path: Path) -> None:
     module = json.loads(tree.files["terraform/clusters/ase1-dev/main.tf.json"])["module"]["cluster"]
     assert module["accelerator_pools"]["B200"]["reservation"].endswith("/a4-dev")
     assert module["roce_zone"] == "asia-southeast1-b"
-    assert set(module["gpu_networks"]) == {f"rdma-{i}" for i in range(8)}
+    assert set(module["node_networks"]) == {"gvnic-1", *(f"rdma-{i}" for i in range(8))}
     kinds = {d["kind"]: d for d in tree.manifests[f"{overlay}/platform/kueue.yaml"]}
     assert kinds["LocalQueue"]["metadata"]["namespace"] == "team-research"
     assert check_schemas(tree, catalog) == []
@@ -167,10 +168,12 @@ def test_terraform_root_drift_is_found(repo_tree) -> None:
     path = "terraform/clusters/usc1-prod/main.tf.json"
     document = json.loads(tree.files[path])
     document["module"]["cluster"]["accelerator_pools"]["H200"]["nodes"] = 1
+    document["module"]["cluster"]["node_networks"]["rdma-0"]["vpc"] = "elsewhere"
     document["module"]["cluster"]["typo"] = 1
     drifted.files[path] = json.dumps(document)
     messages = {p.field: p.message for p in check_terraform_structure(drifted, catalog)}
     assert "differs" in messages["module.cluster.accelerator_pools"]
+    assert "differs" in messages["module.cluster.node_networks"]
     assert "not a variable" in messages["module.cluster.typo"]
 
 
@@ -431,3 +434,4 @@ def test_a_catalog_change_moves_the_jobs_temporal_too(tmp_path: Path) -> None:
     env = {e["name"]: e.get("value") for doc in tree.manifests[path]
            for c in _containers(doc) for e in c.get("env", [])}
     assert env["GKR_TEMPORAL_NAMESPACE"] == _warden_config(tree)["temporal"]["namespace"] == "fleet"
+
