@@ -27,6 +27,7 @@ from generator.catalog import (
     NetworkStack,
 )
 from generator.errors import InvalidInput, Problem
+from generator.manifests import render_documents
 
 GVNIC_DEVICE_MODE: DeviceMode = "NetDevice"  # a kernel network device, on a regular VPC
 
@@ -78,3 +79,7 @@ def _pool_networks(
         vpc = f"{cluster.name}-roce" if stack.layout == "roce_vpc" else subnet
         yield network, NodeNetwork(stack.layout, stack.mtu, vpc, subnet, stack.device_mode)
 
+
+def network_objects(catalog: Catalog, cluster: Cluster) -> list[dict[str, Any]]:
+    """The Network and GKENetworkParamSet of every node network of the cluster."""
+    return render_documents("platform/networks.yaml.j2", networks=node_networks(catalog, cluster))
