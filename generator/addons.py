@@ -160,13 +160,6 @@ class NcclInstaller(_Model):
     """Where the installer sees that host directory."""
 
 
-class NetworkStack(_Model):
-    layout: Literal["vpc_per_nic", "roce_vpc"]
-    """One VPC per GPU NIC, or one RoCE VPC with a subnet per GPU NIC."""
-    mtu: int = Field(ge=1460, le=8896)
-    """MTU of the GPU networks."""
-
-
 class TerraformFacts(_Model):
     state_bucket: str
     """GCS bucket holding Terraform state (one prefix per root)."""
@@ -211,8 +204,6 @@ class Addons(_Model):
     """NCCL plugin installer per GPUDirect stack."""
     pause_image: str
     """Image of the idle container of installer DaemonSets: a name in images.yaml."""
-    gpu_network_stacks: dict[Stack, NetworkStack]
-    """GPU NIC network layout per GPUDirect stack."""
     terraform: TerraformFacts
     """Provisioning facts shared by every cluster root."""
     warden: WardenFacts

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from decimal import Decimal
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -27,7 +27,13 @@ from generator.yamlio import FieldPath, LineMap, line_of, load_document, read_in
 from runtime.pods import GpuHost
 
 GpuStack = Literal["tcpx", "tcpxo", "rdma"]
+# GKENetworkParamSet deviceMode values GKR uses (GKE's CRD also has DPDK-VFIO).
+DeviceMode = Literal["NetDevice", "RDMA"]
+NetworkLayout = Literal["vpc_per_nic", "roce_vpc"]  # a VPC per NIC, or subnets of one RoCE VPC
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# A pod network: a Network object's name, and part of its VPC's and subnet's names.
+NetworkName = Annotated[str, Field(pattern=DNS_LABEL)]
+DEFAULT_NETWORK = "default"  # eth0's network, GKE's own: no pool may name it
 PINNED_IMAGE = r"^[^@\s]+@sha256:[0-9a-f]{64}$"
 # An upstream image by tag (a `latest` or missing tag is not allowed: it pins nothing).
 TAGGED_IMAGE = r"^[^@\s:]+(:[0-9]+)?/[^@\s:]+:(?!latest$)[\w][\w.-]{0,127}$"
@@ -65,7 +71,8 @@ class Accelerator(_Model):
     gpudirect: Literal["none"] | GpuStack
     """GPUDirect network stack of the machine family."""
     gpu_nics: int = Field(ge=0)
-    """Extra GPU NICs (eth1…ethN), each on its own VPC network."""
+    """GPU NICs, each on a network of its own: eth1…ethN, or eth2… after the gVNIC eth1 of
+    a stack that has one (network_stacks)."""
     shm_size: Quantity
     """Size of the in-memory /dev/shm that NCCL needs."""
     tolerations: list[dict[str, Any]]
@@ -109,6 +116,24 @@ class Accelerator(_Model):
         return Resources(cpus=self.allocatable.cpus - cpus, memory=f"{int(free / 2**30)}Gi")
 
 
+class NetworkStack(_Model):
+    """The NICs past eth0 of one GPUDirect stack, and their VPC networks."""
+
+    layout: NetworkLayout
+    """GPU NICs on one VPC each, or on the subnets of one VPC with the zone's RoCE profile."""
+    mtu: int = Field(ge=1460, le=8896)
+    """MTU of the stack's VPC networks."""
+    device_mode: DeviceMode
+    """GKENetworkParamSet deviceMode of the GPU NICs' networks."""
+    gvnic: bool
+    """eth1 is a gVNIC on a VPC of its own, before the GPU NICs (A3 Ultra, A4, A4X)."""
+
+    @property
+    def host_interfaces(self) -> list[str]:
+        """The interfaces that are no GPU NIC: eth0, and the gVNIC's."""
+        return ["eth0", "eth1"] if self.gvnic else ["eth0"]
+
+
 class HeadPool(_Model):
     """The CPU-only node pool that hosts Ray heads."""
 
@@ -137,8 +162,16 @@ class AcceleratorPool(_Model):
     """Future reservation the pool consumes (seed §3.1)."""
     compact_placement: bool = False
     """Compact placement policy for the pool."""
-    gpu_networks: list[str] = Field(default_factory=list)
-    """VPC network names of the GPU NICs, in NIC order (eth1, eth2, …)."""
+    gvnic_network: NetworkName | None = None
+    """Network of the gVNIC eth1, where the stack has one (GKE's examples: gvnic-1)."""
+    gpu_networks: list[NetworkName] = Field(default_factory=list)
+    """Networks of the GPU NICs, in NIC order (after the gVNIC's where there is one)."""
+
+    @property
+    def node_networks(self) -> list[str]:
+        """The networks of eth1, eth2, … in interface order (the node pool's additional node
+        networks, and the pods' interfaces after eth0)."""
+        return ([self.gvnic_network] if self.gvnic_network else []) + self.gpu_networks
 
 
 class Team(_Model):
@@ -264,6 +297,8 @@ class Images(_Model):
 
 
 class Accelerators(_Model):
+    network_stacks: dict[GpuStack, NetworkStack]
+    """GPUDirect stack → its NICs and networks."""
     accelerators: dict[str, Accelerator]
     """Accelerator name → facts."""
 
@@ -306,7 +341,7 @@ GCE_GPUS: dict[str, int] = {
 Finding = tuple[FieldPath, str]
 
 
-def check_machine_gpus(accelerator: Accelerator) -> Iterator[Finding]:
+def check_machine_gpus(accelerator: Accelerator, stack: NetworkStack | None) -> Iterator[Finding]:
     known = GCE_GPUS.get(accelerator.machine_type)
     if known is None:
         yield ("machine_type",), (f"{accelerator.machine_type!r} is not a GPU machine type gkr "
@@ -325,7 +360,7 @@ def _sidecar_requests(accelerator: Accelerator) -> Iterator[tuple[FieldPath, str
             yield ("sidecars", index, "resources", "requests", resource), resource, value
 
 
-def check_sidecars(accelerator: Accelerator) -> Iterator[Finding]:
+def check_sidecars(accelerator: Accelerator, stack: NetworkStack | None) -> Iterator[Finding]:
     """Sidecar requests are quantities, and leave room on the node for the training pod."""
     totals = {"cpu": Decimal(0), "memory": Decimal(0)}
     for field, resource, value in _sidecar_requests(accelerator):
@@ -344,9 +379,24 @@ def check_sidecars(accelerator: Accelerator) -> Iterator[Finding]:
                                      f"sidecars' requests ({total}): no room for the pod")
 
 
-ACCELERATOR_RULES: tuple[Callable[[Accelerator], Iterator[Finding]], ...] = (
-    check_machine_gpus, check_sidecars,
-)
+def check_network_stack(accelerator: Accelerator, stack: NetworkStack | None) -> Iterator[Finding]:
+    """A GPUDirect machine's stack is known, and NCCL's socket traffic (bootstrap, and the
+    out-of-band channel of RDMA) goes over the stack's host interfaces, not its GPU NICs."""
+    if accelerator.stack is None:
+        return
+    if stack is None:
+        yield ("gpudirect",), f"{accelerator.stack!r} has no entry in network_stacks"
+        return
+    wanted = ",".join(stack.host_interfaces)
+    found = accelerator.env.get("NCCL_SOCKET_IFNAME")
+    if found != wanted:
+        yield ("env", "NCCL_SOCKET_IFNAME"), (
+            f"{found!r}, but the host interfaces of {accelerator.stack} nodes are {wanted}")
+
+
+ACCELERATOR_RULES: tuple[
+    Callable[[Accelerator, NetworkStack | None], Iterator[Finding]], ...
+] = (check_machine_gpus, check_sidecars, check_network_stack)
 
 
 def check_zones(cluster: Cluster, catalog: Catalog) -> Iterator[Finding]:
@@ -375,10 +425,43 @@ def check_accelerator_pools(cluster: Cluster, catalog: Catalog) -> Iterator[Find
         if accelerator is None:
             known = ", ".join(sorted(catalog.accelerators))
             yield ("accelerators", name), f"unknown accelerator; known: {known}"
-        elif len(pool.gpu_networks) != accelerator.gpu_nics:
-            yield (("accelerators", name, "gpu_networks"),
-                   f"{name} nodes have {accelerator.gpu_nics} GPU NICs: list exactly "
-                   f"{accelerator.gpu_nics} networks")
+        else:
+            stack = catalog.network_stack(accelerator)
+            yield from _gvnic_network(name, pool, stack)
+            yield from _gpu_networks(name, pool, accelerator, stack)
+            yield from _distinct_networks(name, pool)
+
+
+def _gvnic_network(
+    name: str, pool: AcceleratorPool, stack: NetworkStack | None
+) -> Iterator[Finding]:
+    """The gVNIC eth1 of an RDMA machine needs its own network; other machines have none."""
+    field = ("accelerators", name, "gvnic_network")
+    if stack and stack.gvnic and pool.gvnic_network is None:
+        yield field, (f"{name} nodes have a gVNIC eth1 before their GPU NICs: name its "
+                      "network (GKE's examples call it gvnic-1)")
+    elif not (stack and stack.gvnic) and pool.gvnic_network is not None:
+        yield field, f"{name} nodes have no gVNIC besides eth0: drop it"
+
+
+def _gpu_networks(
+    name: str, pool: AcceleratorPool, accelerator: Accelerator, stack: NetworkStack | None
+) -> Iterator[Finding]:
+    nics = accelerator.gpu_nics
+    if len(pool.gpu_networks) != nics:
+        first = len(stack.host_interfaces) if stack else 1
+        where = f" (eth{first}…eth{first + nics - 1})" if nics else ""
+        yield (("accelerators", name, "gpu_networks"),
+               f"{name} nodes have {nics} GPU NICs{where}: list exactly {nics} networks")
+
+
+def _distinct_networks(name: str, pool: AcceleratorPool) -> Iterator[Finding]:
+    """Each interface has a network of its own; eth0's `default` is GKE's."""
+    networks = [DEFAULT_NETWORK, *pool.node_networks]
+    for network in sorted({n for n in networks if networks.count(n) > 1}):
+        yield (("accelerators", name),
+               f"network {network!r} is named twice: each interface needs its own network "
+               f"({DEFAULT_NETWORK!r} is eth0's)")
 
 
 def check_teams(cluster: Cluster, catalog: Catalog) -> Iterator[Finding]:
@@ -409,6 +492,10 @@ CLUSTER_RULES: tuple[Callable[[Cluster, Catalog], Iterator[Finding]], ...] = (
 )
 
 
+def _stack(loaded: Accelerators, accelerator: Accelerator) -> NetworkStack | None:
+    return loaded.network_stacks.get(accelerator.stack) if accelerator.stack else None
+
+
 class Catalog:
     """All catalog files of a repository, loaded lazily and once; contradictions between
     their facts are reported with the file and line (CLUSTER_RULES, ACCELERATOR_RULES)."""
@@ -421,15 +508,24 @@ class Catalog:
         return load_model(Platform, self.root / "platform/catalog/gke.yaml", self.root)[0]
 
     @cached_property
-    def accelerators(self) -> dict[str, Accelerator]:
+    def accelerator_catalog(self) -> Accelerators:
         path = self.root / ACCELERATORS_FILE
         loaded, lines = load_model(Accelerators, path, self.root)
         found = [((("accelerators", name, *field)), message)
                  for name, accelerator in loaded.accelerators.items()
-                 for rule in ACCELERATOR_RULES for field, message in rule(accelerator)]
+                 for rule in ACCELERATOR_RULES
+                 for field, message in rule(accelerator, _stack(loaded, accelerator))]
         if found:
             raise InvalidInput(_located(ACCELERATORS_FILE, lines, found))
-        return loaded.accelerators
+        return loaded
+
+    @property
+    def accelerators(self) -> dict[str, Accelerator]:
+        return self.accelerator_catalog.accelerators
+
+    def network_stack(self, accelerator: Accelerator) -> NetworkStack | None:
+        """The NICs and networks of the accelerator's GPUDirect stack; None: it has none."""
+        return _stack(self.accelerator_catalog, accelerator)
 
     @cached_property
     def image_catalog(self) -> Images:
@@ -463,7 +559,7 @@ class Catalog:
 
     def load_all(self) -> None:
         """Parse every catalog file now (before forking render workers)."""
-        _ = self.platform, self.accelerators, self.image_catalog, self.clusters
+        _ = self.platform, self.accelerator_catalog, self.image_catalog, self.clusters
 
     def files(self) -> list[Path]:
         """Every catalog file, for cache keys and change detection. A file that may not be

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from generator.addons import ADDONS_FILE, load_addons
-from generator.catalog import Accelerator, AcceleratorPool, Catalog, Cluster, Platform, Priority
+from generator.catalog import (
+    DEFAULT_NETWORK,
+    Accelerator,
+    AcceleratorPool,
+    Catalog,
+    Cluster,
+    Platform,
+    Priority,
+)
 from generator.errors import InvalidInput, Problem
 from generator.kinds import KINDS, KindTraits
 from generator.names import env_name_problem, env_value_problem
@@ -123,13 +131,14 @@ class ResolvedJob:
 
     @property
     def interfaces(self) -> str | None:
-        """The GKE multi-network annotation: eth0 on the default VPC, then one NIC per GPU VPC."""
-        if not self.pool or not self.pool.gpu_networks:
+        """The GKE multi-network annotation, in interface order: eth0 on GKE's default
+        network, then the pool's node networks (an RDMA machine's gVNIC eth1, then its RDMA
+        NICs eth2…; a TCPX/TCPXO machine's GPU NICs eth1…)."""
+        networks = self.pool.node_networks if self.pool else []
+        if not networks:
             return None
-        nics = [{"interfaceName": "eth0", "network": "default"}] + [
-            {"interfaceName": f"eth{i}", "network": network}
-            for i, network in enumerate(self.pool.gpu_networks, start=1)
-        ]
+        nics = [{"interfaceName": f"eth{i}", "network": network}
+                for i, network in enumerate([DEFAULT_NETWORK, *networks])]
         return json.dumps(nics, separators=(",", ":"))
 
 

@@ -21,7 +21,7 @@ from generator.addons import load_addons
 from generator.catalog import Catalog
 from generator.errors import Problem
 from generator.platform.context import PlatformContext
-from generator.platform.terraform import accelerator_pools, cluster_root
+from generator.platform.terraform import accelerator_pools, cluster_root, module_networks
 from generator.tree import Tree
 
 MODULE = "terraform/modules/gke-cluster"
@@ -65,7 +65,7 @@ def module_resources(root: Path, module: str = MODULE) -> dict[str, dict[str, An
 
 def check_terraform_structure(tree: Tree, catalog: Catalog) -> list[Problem]:
     """Each cluster has its root; the root passes exactly the module's variables, and its
-    node pools are the catalog's; the module makes one GPU pool per entry."""
+    node pools and their networks are the catalog's; the module makes one GPU pool per entry."""
     # A scratch repository without the hand-written module (tests, forks) is checked
     # against the catalog only.
     has_module = (catalog.root / MODULE).is_dir()
@@ -80,9 +80,11 @@ def check_terraform_structure(tree: Tree, catalog: Catalog) -> list[Problem]:
         module = json.loads(tree.files[path])["module"]["cluster"]
         if has_module:
             problems += _variable_problems(path, set(module) - {"source"}, variables)
-        if module.get("accelerator_pools") != accelerator_pools(ctx, cluster):
-            problems.append(Problem(path, None, "module.cluster.accelerator_pools",
-                                    f"differs from clusters/{cluster.name}.yaml"))
+        wanted = {"accelerator_pools": accelerator_pools(ctx, cluster),
+                  "node_networks": module_networks(ctx, cluster)}
+        problems += [Problem(path, None, f"module.cluster.{key}",
+                             f"differs from clusters/{cluster.name}.yaml")
+                     for key, value in wanted.items() if module.get(key) != value]
     return problems
 
 

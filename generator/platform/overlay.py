@@ -1,5 +1,6 @@
-"""Per-cluster platform objects in each overlay (namespaces, RBAC, Kueue, image pre-cache)
-and the per-accelerator NCCL installer components the overlays include."""
+"""Per-cluster platform objects in each overlay (namespaces, RBAC, Kueue, image pre-cache,
+the GPU NICs' networks) and the per-accelerator NCCL installer components the overlays
+include."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from generator.errors import InvalidInput, Problem
 from generator.manifests import render_documents, render_template
 from generator.paths import HEADER, component_dir, jobs_dir, overlay_dir
 from generator.platform.context import CATALOG_SOURCE, PlatformContext
+from generator.platform.networks import network_objects
 from generator.platform.warden import STRESS_IMAGE
 from generator.precache import Precache
 from generator.yamlio import dump_documents
@@ -31,6 +33,8 @@ def produce_overlays(ctx: PlatformContext) -> None:
                 source)
         ctx.add(f"{folder}/kueue.yaml", _kueue(ctx, cluster), source)
         ctx.tree.deferred[f"{folder}/image-precache.yaml"] = _precache(ctx, cluster)
+        if networks := network_objects(ctx.catalog, cluster):
+            ctx.add(f"{folder}/networks.yaml", networks, CATALOG_SOURCE)
         ctx.tree.files[f"{jobs_dir(cluster.name)}/{JOBS_KEEP}"] = _jobs_keep(cluster)
 
 

@@ -16,6 +16,7 @@ from generator.errors import InvalidInput, Problem
 from generator.manifests import render_template
 from generator.paths import CLUSTER_ROOTS, REGISTRY_ROOT
 from generator.platform.context import PlatformContext
+from generator.platform.networks import node_networks
 
 HEADER_KEY = "//"  # Terraform's JSON syntax ignores properties named "//" (comments).
 # Kubernetes toleration effects → the GKE API's taint effects.
@@ -33,7 +34,7 @@ def produce_terraform(ctx: PlatformContext) -> None:
     for cluster in ctx.catalog.clusters.values():
         document = render_template(
             "terraform/cluster_root.yaml.j2", cluster=cluster, terraform=ctx.addons.terraform,
-            pools=accelerator_pools(ctx, cluster), gpu_networks=gpu_networks(ctx, cluster),
+            pools=accelerator_pools(ctx, cluster), node_networks=module_networks(ctx, cluster),
             roce_zone=_roce_zone(ctx, cluster),
         )
         ctx.tree.files[cluster_root(cluster)] = _json(document, f"clusters/{cluster.name}.yaml")
@@ -58,9 +59,16 @@ def accelerator_pools(ctx: PlatformContext, cluster: Cluster) -> dict[str, dict[
             "gpus_per_node": accelerator.gpus_per_node, "nodes": pool.nodes, "zone": pool.zone,
             "reservation": pool.reservation, "compact_placement": pool.compact_placement,
             "taints": [_taint(t) for t in accelerator.tolerations],
-            "gpu_networks": list(pool.gpu_networks),
+            "node_networks": pool.node_networks,
         }
     return pools
+
+
+def module_networks(ctx: PlatformContext, cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """The module's `node_networks`: VPC and subnet names as the cluster's Network objects
+    name them (generator.platform.networks)."""
+    return {name: network.terraform()
+            for name, network in node_networks(ctx.catalog, cluster).items()}
 
 
 def _taint(toleration: dict[str, Any]) -> dict[str, str]:
@@ -69,32 +77,13 @@ def _taint(toleration: dict[str, Any]) -> dict[str, str]:
             "effect": TAINT_EFFECTS[toleration.get("effect", "NoSchedule")]}
 
 
-def gpu_networks(ctx: PlatformContext, cluster: Cluster) -> dict[str, dict[str, Any]]:
-    """Every GPU NIC network of the cluster with its stack's layout; one stack per network."""
-    networks: dict[str, dict[str, Any]] = {}
-    problems = []
-    for name, pool in sorted(cluster.accelerators.items()):
-        gpudirect = ctx.catalog.accelerators[name].stack
-        stack = ctx.addons.gpu_network_stacks.get(gpudirect) if gpudirect else None
-        for network in pool.gpu_networks:
-            wanted = {"layout": stack.layout, "mtu": stack.mtu} if stack else None
-            if wanted is None or networks.setdefault(network, wanted) != wanted:
-                problems.append(Problem(
-                    f"clusters/{cluster.name}.yaml", None, f"accelerators.{name}.gpu_networks",
-                    f"network {network!r} is shared with a pool of another GPUDirect stack "
-                    "(or the stack has no entry in gpu_network_stacks); name it apart"))
-    if problems:
-        raise InvalidInput(problems)
-    return dict(sorted(networks.items()))
-
-
 def _roce_zone(ctx: PlatformContext, cluster: Cluster) -> str | None:
     """The zone of the RDMA pools (a RoCE VPC belongs to one zone's network profile)."""
-    stacks = {name: ctx.catalog.accelerators[name].stack for name in cluster.accelerators}
+    catalog = ctx.catalog
     zones = sorted({
         pool.zone for name, pool in cluster.accelerators.items()
-        if (stack := stacks[name]) and (network := ctx.addons.gpu_network_stacks.get(stack))
-        and network.layout == "roce_vpc"
+        if (stack := catalog.network_stack(catalog.accelerators[name]))
+        and stack.layout == "roce_vpc"
     })
     if len(zones) > 1:
         raise InvalidInput([Problem(f"clusters/{cluster.name}.yaml", None, "accelerators",

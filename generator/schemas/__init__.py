@@ -1,6 +1,6 @@
 """Schemas of every kind GKR renders: Kubernetes OpenAPI (from kubernetes-validate's bundled
-strict JSON schemas) and CRDs (KubeRay, Kueue, Argo CD, the Altinity ClickHouse operator;
-vendored in crds/).
+strict JSON schemas) and CRDs (KubeRay, Kueue, Argo CD, the Altinity ClickHouse operator,
+GKE's multi-network objects; vendored in crds/).
 
 Validators are compiled once per kind with jsonschema-rs (Rust; ~1 µs per manifest).
 CRD schemas are made strict (unknown fields refused) the way the API server prunes them,

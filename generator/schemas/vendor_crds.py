@@ -5,7 +5,7 @@ Reads every upstream CRD YAML under SRC_DIR and writes, per served version, its
 openAPIV3Schema (descriptions stripped to keep the package small) to
 crds/<group>_<version>_<Kind>.json. The upstream files and versions are listed in
 crds/SOURCES.md (KubeRay v1.7.0, Kueue v0.19.2, Argo CD v3.5.1, Altinity clickhouse-operator
-0.25.6; all Apache-2.0).
+0.25.6, GKE's networking.gke.io; all Apache-2.0).
 """
 
 from __future__ import annotations

@@ -162,6 +162,7 @@ def test_any_cluster_catalog_loads_or_fails_with_file_and_line(
                       "head_defaults": {"cpus": head[0], "memory": head[1]}},
         "accelerators": {name: {"node_pool": pool, "nodes": 2, "zone": zone, "reservation": "r",
                                 "gpu_networks": [f"n{i}" for i in range(nics[name])]}
+                         | ({"gvnic_network": "g"} if name in ("H200", "B200") else {})
                          for name, pool, zone in pools},
         "teams": {key: {"namespace": namespace, "queue": "q"} for key, namespace in teams},
     }

@@ -1,5 +1,6 @@
 """The generated platform: a new cluster from one catalog file, Kueue matching the pods,
-job policies, Terraform structure and tools, and the checkov configuration.
+job policies, Terraform structure and tools, the checkov configuration, and the GKE network
+objects every network of a pod's interfaces needs.
 
 Everything runs the real parts (Jinja rendering, jsonschema, `kubectl kustomize`,
 python-hcl2, the terraform binary where installed); no Kubernetes API is involved.
@@ -53,6 +54,7 @@ accelerators:
     zone: asia-southeast1-b
     reservation: projects/reve-train-asia/reservations/a4-dev
     compact_placement: true
+    gvnic_network: gvnic-1
     gpu_networks: [rdma-0, rdma-1, rdma-2, rdma-3, rdma-4, rdma-5, rdma-6, rdma-7]
 teams:
   research: {namespace: team-research, queue: research, group: gkr-research@reve.ai}
@@ -96,7 +98,8 @@ def test_new_cluster_from_one_catalog_file(tmp_path: Path) -> None:
     module = json.loads(tree.files["terraform/clusters/ase1-dev/main.tf.json"])["module"]["cluster"]
     assert module["accelerator_pools"]["B200"]["reservation"].endswith("/a4-dev")
     assert module["roce_zone"] == "asia-southeast1-b"
-    assert set(module["gpu_networks"]) == {f"rdma-{i}" for i in range(8)}
+    assert set(module["node_networks"]) == {"gvnic-1", *(f"rdma-{i}" for i in range(8))}
+    assert f"{overlay}/platform/networks.yaml" in tree.files
     kinds = {d["kind"]: d for d in tree.manifests[f"{overlay}/platform/kueue.yaml"]}
     assert kinds["LocalQueue"]["metadata"]["namespace"] == "team-research"
     assert check_schemas(tree, catalog) == []
@@ -167,10 +170,12 @@ def test_terraform_root_drift_is_found(repo_tree) -> None:
     path = "terraform/clusters/usc1-prod/main.tf.json"
     document = json.loads(tree.files[path])
     document["module"]["cluster"]["accelerator_pools"]["H200"]["nodes"] = 1
+    document["module"]["cluster"]["node_networks"]["rdma-0"]["vpc"] = "elsewhere"
     document["module"]["cluster"]["typo"] = 1
     drifted.files[path] = json.dumps(document)
     messages = {p.field: p.message for p in check_terraform_structure(drifted, catalog)}
     assert "differs" in messages["module.cluster.accelerator_pools"]
+    assert "differs" in messages["module.cluster.node_networks"]
     assert "not a variable" in messages["module.cluster.typo"]
 
 
@@ -431,3 +436,87 @@ def test_a_catalog_change_moves_the_jobs_temporal_too(tmp_path: Path) -> None:
     env = {e["name"]: e.get("value") for doc in tree.manifests[path]
            for c in _containers(doc) for e in c.get("env", [])}
     assert env["GKR_TEMPORAL_NAMESPACE"] == _warden_config(tree)["temporal"]["namespace"] == "fleet"
+
+
+# --- the GPU NICs' networks (generator/platform/networks.py) ---------------------------------
+
+INTERFACES = "networking.gke.io/interfaces"
+
+
+def _pod_networks(node):
+    """Every network a pod template under a manifest names in its interfaces annotation."""
+    if isinstance(node, dict):
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        if INTERFACES in annotations:
+            yield from (nic["network"] for nic in json.loads(annotations[INTERFACES]))
+        for value in node.values():
+            yield from _pod_networks(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _pod_networks(value)
+
+
+def _network_objects(tree, cluster: str) -> dict[str, dict[str, dict]]:
+    documents = tree.manifests.get(f"kustomize/overlays/{cluster}/platform/networks.yaml", [])
+    objects: dict[str, dict[str, dict]] = {}
+    for document in documents:
+        objects.setdefault(document["kind"], {})[document["metadata"]["name"]] = document
+    return objects
+
+
+def test_every_network_a_pod_names_has_its_network_objects(repo_tree) -> None:
+    """GKE admits a pod only when each network of its interfaces has a Network, whose
+    GKENetworkParamSet names the VPC and subnet Terraform gives the node pool."""
+    tree, _ = repo_tree
+    named: dict[str, set[str]] = {}
+    for path in (p for p in tree.manifests if "/jobs/" in p):
+        cluster = path.split("/")[2]
+        for document in tree.manifests[path]:
+            named.setdefault(cluster, set()).update(_pod_networks(document))
+    assert {"gvnic-1", "rdma-0", "vpc-8"} <= set().union(*named.values())
+    for cluster, networks in named.items():
+        objects = _network_objects(tree, cluster)
+        module = json.loads(tree.files[f"terraform/clusters/{cluster}/main.tf.json"])
+        subnets = module["module"]["cluster"]["node_networks"]
+        for network in networks - {"default"}:
+            ref = objects["Network"][network]["spec"]["parametersRef"]
+            assert (ref["kind"], ref["name"]) == ("GKENetworkParamSet", network), network
+            params = objects["GKENetworkParamSet"][network]["spec"]
+            assert (params["vpc"], params["vpcSubnet"]) == (
+                subnets[network]["vpc"], subnets[network]["subnet"]), network
+
+
+def test_rdma_networks_are_rdma_devices_of_one_roce_vpc_beside_a_gvnic(repo_tree) -> None:
+    tree, _ = repo_tree
+    objects = _network_objects(tree, "usc1-prod")
+    modes = {name: d["spec"]["deviceMode"] for name, d in objects["GKENetworkParamSet"].items()}
+    assert modes == {"gvnic-1": "NetDevice", **{f"rdma-{i}": "RDMA" for i in range(8)},
+                     **{f"vpc-{i}": "NetDevice" for i in range(1, 9)}}
+    assert {d["spec"]["type"] for d in objects["Network"].values()} == {"Device"}
+    module = json.loads(tree.files["terraform/clusters/usc1-prod/main.tf.json"])["module"]
+    cluster = module["cluster"]
+    assert cluster["accelerator_pools"]["H200"]["node_networks"] == [
+        "gvnic-1", *(f"rdma-{i}" for i in range(8))]
+    networks = cluster["node_networks"]
+    assert {networks[f"rdma-{i}"]["vpc"] for i in range(8)} == {"usc1-prod-roce"}
+    assert len({networks[f"rdma-{i}"]["subnet"] for i in range(8)}) == 8
+    assert networks["gvnic-1"]["layout"] == "vpc_per_nic"
+    assert cluster["roce_zone"] == "us-central1-a"
+    roce = (REPO / "terraform/modules/gke-cluster/network.tf").read_text()
+    assert 'networkProfiles/${var.roce_zone}-vpc-roce"' in roce
+
+
+def test_network_objects_are_checked_against_gkes_crds(repo_tree) -> None:
+    tree, catalog = repo_tree
+    broken = copy.copy(tree)
+    path = "kustomize/overlays/usc1-prod/platform/networks.yaml"
+    documents = copy.deepcopy(tree.manifests[path])
+    params = next(d for d in documents if d["kind"] == "GKENetworkParamSet")
+    params["spec"]["deviceMode"] = "Rdma"
+    network = next(d for d in documents if d["kind"] == "Network")
+    network["spec"]["parametersRef"]["typo"] = 1
+    broken.manifests = {path: documents}
+    messages = [f"{p.field}: {p.message}" for p in check_schemas(broken, catalog)]
+    assert len(messages) == 2, messages
+    assert any("spec.deviceMode" in m and "Rdma" in m for m in messages), messages
+    assert any("spec.parametersRef" in m and "typo" in m for m in messages), messages

@@ -1,11 +1,14 @@
-# The cluster's VPC, and the extra networks GPUDirect needs: TCPX/TCPXO give each GPU NIC
-# its own VPC; RDMA (A3 Ultra, A4) uses one VPC on the zone's RoCE network profile with a
-# subnet per GPU NIC (GKE docs "Maximize GPU network bandwidth").
+# The cluster's VPC, and the additional node networks of the GPU pools: TCPX/TCPXO give each
+# GPU NIC its own VPC; RDMA machines (A3 Ultra, A4, A4X) have a gVNIC on a regular VPC of its
+# own and their RDMA NICs in subnets of one VPC on the zone's RoCE network profile (GKE docs
+# "Maximize GPU network bandwidth"; https://cloud.google.com/vpc/docs/rdma-network-profiles).
+# VPC and subnet names come from the catalog (generator/platform/networks.py), which names
+# them in the cluster's GKENetworkParamSet objects too.
 
 locals {
-  vpc_per_nic = { for name, n in var.gpu_networks : name => n if n.layout == "vpc_per_nic" }
-  roce_nics   = { for name, n in var.gpu_networks : name => n if n.layout == "roce_vpc" }
-  nic_index   = { for i, name in sort(keys(var.gpu_networks)) : name => i }
+  vpc_per_nic = { for name, n in var.node_networks : name => n if n.layout == "vpc_per_nic" }
+  roce_nics   = { for name, n in var.node_networks : name => n if n.layout == "roce_vpc" }
+  nic_index   = { for i, name in sort(keys(var.node_networks)) : name => i }
 }
 
 resource "google_compute_network" "main" {
@@ -60,7 +63,7 @@ resource "google_compute_router_nat" "main" {
 
 resource "google_compute_network" "gpu" {
   for_each                = local.vpc_per_nic
-  name                    = "${var.name}-${each.key}"
+  name                    = each.value.vpc
   project                 = var.project
   auto_create_subnetworks = false
   mtu                     = each.value.mtu
@@ -68,7 +71,7 @@ resource "google_compute_network" "gpu" {
 
 resource "google_compute_network" "roce" {
   count                   = length(local.roce_nics) > 0 ? 1 : 0
-  name                    = "${var.name}-roce"
+  name                    = one(distinct([for n in values(local.roce_nics) : n.vpc]))
   project                 = var.project
   auto_create_subnetworks = false
   mtu                     = max([for n in values(local.roce_nics) : n.mtu]...)
@@ -76,8 +79,8 @@ resource "google_compute_network" "roce" {
 }
 
 resource "google_compute_subnetwork" "gpu" {
-  for_each                 = var.gpu_networks
-  name                     = "${var.name}-${each.key}"
+  for_each                 = var.node_networks
+  name                     = each.value.subnet
   project                  = var.project
   region                   = var.region
   network                  = each.value.layout == "vpc_per_nic" ? google_compute_network.gpu[each.key].id : google_compute_network.roce[0].id

@@ -68,11 +68,12 @@ resource "google_container_node_pool" "accelerators" {
       type = "COMPACT"
     }
   }
+  # Additional node networks in interface order: eth1, eth2, … (an RDMA machine's gVNIC first).
   dynamic "network_config" {
-    for_each = length(each.value.gpu_networks) > 0 ? [1] : []
+    for_each = length(each.value.node_networks) > 0 ? [1] : []
     content {
       dynamic "additional_node_network_configs" {
-        for_each = each.value.gpu_networks
+        for_each = each.value.node_networks
         content {
           network    = google_compute_subnetwork.gpu[additional_node_network_configs.value].network
           subnetwork = google_compute_subnetwork.gpu[additional_node_network_configs.value].name

@@ -14,6 +14,6 @@ output "checkpoint_bucket" {
 }
 
 output "gpu_subnetworks" {
-  description = "GPU NIC subnetworks by network name."
+  description = "Subnetworks of the additional node networks (gVNIC, GPU NICs) by network name."
   value       = { for name, s in google_compute_subnetwork.gpu : name => s.id }
 }

@@ -52,7 +52,7 @@ variable "admin_cidrs" {
 }
 
 variable "gpu_cidr" {
-  description = "Range the GPU NIC subnets are carved from, a /24 each."
+  description = "Range the additional node networks' subnets are carved from, a /24 each."
   type        = string
 }
 
@@ -82,19 +82,25 @@ variable "accelerator_pools" {
     reservation       = string
     compact_placement = bool
     taints            = list(object({ key = string, value = string, effect = string }))
-    gpu_networks      = list(string)
+    node_networks     = list(string)
   }))
 }
 
-variable "gpu_networks" {
-  description = "GPU NIC networks by name: their layout (a VPC per NIC, or subnets of one RoCE VPC) and MTU."
+variable "node_networks" {
+  description = "Additional node networks (gVNIC and GPU NICs) by name: layout (a VPC of its own, or a subnet of the one RoCE VPC), MTU, VPC and subnet names."
   type = map(object({
     layout = string
     mtu    = number
+    vpc    = string
+    subnet = string
   }))
   validation {
-    condition     = alltrue([for n in values(var.gpu_networks) : contains(["vpc_per_nic", "roce_vpc"], n.layout)])
+    condition     = alltrue([for n in values(var.node_networks) : contains(["vpc_per_nic", "roce_vpc"], n.layout)])
     error_message = "layout must be vpc_per_nic or roce_vpc."
+  }
+  validation {
+    condition     = length(distinct([for n in values(var.node_networks) : n.vpc if n.layout == "roce_vpc"])) <= 1
+    error_message = "the RDMA networks must share one RoCE VPC."
   }
 }
 
