@@ -20,6 +20,10 @@ from typing import Final
 
 DOMAIN: Final = "gkr.dev"
 MANAGED_BY: Final = ("app.kubernetes.io/managed-by", "gkr")
+# Warden's Temporal namespace: the default of every client and worker of Warden (the runtime's
+# shrink requests, gkr warden, gkr-ui, Warden itself); the Temporal add-on creates it
+# (platform/catalog/addons.yaml, held equal by tests/warden/test_warden_manifests.py).
+WARDEN_TEMPORAL_NAMESPACE: Final = "warden"
 
 
 class JobKind(StrEnum):

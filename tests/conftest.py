@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from runtime.identity import Env
+from runtime.identity import WARDEN_TEMPORAL_NAMESPACE, Env
 from testing.doubles.kube_apiserver import KubeApiServer
 from testing.ray import shared_ray, stop_shared_ray
 from testing.temporal import Loop, temporal_binary
@@ -71,7 +71,8 @@ def temporal(loop: Loop) -> Iterator[WorkflowEnvironment]:
     """One real Temporal dev server per test process, stopped at the end; tests keep apart
     through their own task queues and workflow ids."""
     env = loop.run(WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(), ui=False))
+        dev_server_existing_path=temporal_binary(), ui=False,
+        namespace=WARDEN_TEMPORAL_NAMESPACE))
     yield env
     loop.run(env.shutdown())
 

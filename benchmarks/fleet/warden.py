@@ -65,7 +65,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from benchmarks.fleet import Figure, Fleet
-from runtime.identity import Env
+from runtime.identity import WARDEN_TEMPORAL_NAMESPACE, Env
 from runtime.pods import CheckSuite
 from runtime.warden import memory
 from runtime.warden.cluster import KubeCluster
@@ -627,7 +627,8 @@ async def simulate(fleet: Fleet, options: Options) -> Run:
                 for name in fleet.clusters]
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), ui=False,
-        dev_server_log_level="error")
+        dev_server_log_level="error",
+        namespace=WARDEN_TEMPORAL_NAMESPACE)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             return await _observe(env.client, clusters, fleet, options, rng, Path(tmp))

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from generator.cli._app import CANCELLED, app, err_console, out_console
-from runtime.identity import Env
+from runtime.identity import WARDEN_TEMPORAL_NAMESPACE, Env
 from runtime.telemetry.ui import DEFAULT_PORT
 
 
@@ -29,7 +29,8 @@ def ui(
         help="Warden's Temporal frontend host:port.", envvar=Env.TEMPORAL_ADDRESS,
     )] = "localhost:7233",
     temporal_namespace: Annotated[str, typer.Option(
-        help="Warden's Temporal namespace.", envvar=Env.TEMPORAL_NAMESPACE)] = "default",
+        help="Warden's Temporal namespace.", envvar=Env.TEMPORAL_NAMESPACE,
+    )] = WARDEN_TEMPORAL_NAMESPACE,
 ) -> None:
     """Serve gkr-ui: runs, their curves, stragglers, pods and nodes, and Warden's nodes."""
     from runtime.telemetry.store import default_dsn, describe

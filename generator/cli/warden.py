@@ -8,7 +8,7 @@ import typer
 
 from generator.cli._app import app
 from generator.cli._output import Output, OutputOption, emit
-from runtime.identity import Env
+from runtime.identity import WARDEN_TEMPORAL_NAMESPACE, Env
 
 warden_app = typer.Typer(help="Warden, the GPU fleet health manager: node states and incidents.",
                          no_args_is_help=True)
@@ -23,7 +23,8 @@ KubeconfigOpt = Annotated[str | None, typer.Option(
 
 
 @warden_app.command()
-def status(address: AddressOpt = "localhost:7233", namespace: NamespaceOpt = "default",
+def status(address: AddressOpt = "localhost:7233",
+           namespace: NamespaceOpt = WARDEN_TEMPORAL_NAMESPACE,
            kubeconfig: KubeconfigOpt = None, output: OutputOption = Output.table) -> None:
     """The latest incident phase of every node Warden has handled, and reserved nodes."""
     import asyncio
@@ -37,8 +38,9 @@ def status(address: AddressOpt = "localhost:7233", namespace: NamespaceOpt = "de
 
 @warden_app.command()
 def history(node: Annotated[str, typer.Argument(help="Node name.")],
-            address: AddressOpt = "localhost:7233", namespace: NamespaceOpt = "default",
-            kubeconfig: KubeconfigOpt = None, output: OutputOption = Output.table) -> None:
+            address: AddressOpt = "localhost:7233",
+            namespace: NamespaceOpt = WARDEN_TEMPORAL_NAMESPACE,
+           kubeconfig: KubeconfigOpt = None, output: OutputOption = Output.table) -> None:
     """Every incident of one node, with its steps, and the node's cordon memory."""
     import asyncio
 

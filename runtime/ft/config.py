@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from runtime.identity import Env
+from runtime.identity import WARDEN_TEMPORAL_NAMESPACE, Env
 
 
 class FaultToleranceConfig(BaseModel):
@@ -42,7 +42,8 @@ class FaultToleranceConfig(BaseModel):
         None, description=f"Warden's Temporal frontend (host:port); None: "
                           f"{Env.TEMPORAL_ADDRESS}, and without it shrink requests are only "
                           "recorded (a local run).")
-    warden_namespace: str = Field("default", description="Warden's Temporal namespace.")
+    warden_namespace: str = Field(WARDEN_TEMPORAL_NAMESPACE,
+                                  description="Warden's Temporal namespace.")
     warden_task_queue: str = Field("warden", min_length=1, description="Warden's task queue.")
 
     @model_validator(mode="after")

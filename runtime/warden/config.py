@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from runtime.config_errors import config_error
 from runtime.errors import ConfigError
-from runtime.identity import Taint
+from runtime.identity import WARDEN_TEMPORAL_NAMESPACE, Taint
 from runtime.pods import PREFLIGHT, CheckSuite, NodeChecks
 
 Severity = Literal["definite", "ambiguous"]
@@ -28,7 +28,8 @@ class TemporalSettings(_Strict):
     """Where Warden's workflows live."""
 
     address: str = Field("localhost:7233", description="Temporal frontend host:port.")
-    namespace: str = Field("default", description="Temporal namespace of Warden's workflows.")
+    namespace: str = Field(WARDEN_TEMPORAL_NAMESPACE,
+                           description="Temporal namespace of Warden's workflows.")
     task_queue: str = Field("warden", description="Task queue Warden's workers poll.")
     max_concurrent_activities: int = Field(
         1000, ge=1, description="Activities one worker runs at once, waits included: at least "

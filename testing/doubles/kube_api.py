@@ -101,6 +101,10 @@ SERVED: dict[tuple[str, str], Resource] = {
         versions=KUEUE, short_names=("wpc",)),
     ("clickhouse.altinity.com", "clickhouseinstallations"): Resource(
         "ClickHouseInstallation", builtin=False, short_names=("chi",)),
+    # GKE's multi-network objects (gke-networking-api's CRDs: cluster-scoped, with status).
+    ("networking.gke.io", "networks"): Resource("Network", namespaced=False, builtin=False),
+    ("networking.gke.io", "gkenetworkparamsets"): Resource(
+        "GKENetworkParamSet", namespaced=False, builtin=False),
     # Argo CD's Application has no status subresource: its controller writes the object.
     ("argoproj.io", "applications"): Resource("Application", status=False, builtin=False,
                                               versions=("v1alpha1",),

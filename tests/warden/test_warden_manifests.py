@@ -10,7 +10,7 @@ import kubernetes_validate
 import yaml
 
 from generator.addons import load_addons
-from runtime.identity import Taint
+from runtime.identity import WARDEN_TEMPORAL_NAMESPACE, Taint
 from runtime.warden.config import parse_config
 
 ROOT = Path(__file__).parents[2]
@@ -38,6 +38,12 @@ def test_manifests_validate_and_the_config_parses():
     prometheus = addons.addons[addons.warden.prometheus.addon]
     assert config.prometheus.url.endswith(f".{prometheus.namespace}:9090")
     assert config.temporal.address == addons.address(addons.warden.temporal)
+    # One Temporal namespace everywhere: Warden's, the one the Temporal add-on creates, and
+    # the default of every client (the runtime's shrink requests, gkr warden, gkr-ui).
+    created = [n["name"] for n in addons.addons["temporal"].values["server"]["config"]
+               ["namespaces"]["namespace"]]
+    assert config.temporal.namespace == WARDEN_TEMPORAL_NAMESPACE
+    assert WARDEN_TEMPORAL_NAMESPACE in created
     container = next(d for d in docs if d["kind"] == "Deployment")[
         "spec"]["template"]["spec"]["containers"][0]
     assert "@sha256:" in container["image"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.errors import RuntimeFailure
-from runtime.identity import MANAGED_BY, Label, Warden
+from runtime.identity import MANAGED_BY, WARDEN_TEMPORAL_NAMESPACE, Label, Warden
 
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"  # a well-known label (kubernetes.io docs)
 KUBE_TIMEOUT_S = 5.0  # a page waits on this: an unreachable cluster must not hang it
@@ -29,7 +29,7 @@ class Reach:
     kubeconfig: str | None = None
     context: str | None = None
     temporal_address: str = "localhost:7233"
-    temporal_namespace: str = "default"
+    temporal_namespace: str = WARDEN_TEMPORAL_NAMESPACE
 
 
 def cluster(reach: Reach) -> dict[str, Any]:
