@@ -9,11 +9,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from generator.catalog import DNS_LABEL, GpuStack, load_model
+from generator.errors import InvalidInput, Problem
+from generator.schemas.chartvalues import contract
+from generator.yamlio import LineMap, line_of
 
 ADDONS_FILE = "platform/catalog/addons.yaml"
 Wave = Literal["controllers", "observability", "config", "jobs", "services"]
 # The Helm values of the Fluent Bit add-on that generator.platform.telemetry renders.
 SHIPPER_VALUES = frozenset({"affinity", "config", "env", "extraVolumes", "extraVolumeMounts"})
+# kube-prometheus-stack's list of extra PodMonitors (values.yaml, prometheus.
+# additionalPodMonitors), which generator.platform.monitoring renders from `pod_monitors`.
+POD_MONITORS_VALUE = "prometheus.additionalPodMonitors"
+# The grafana chart's provisioning values (values.yaml: datasources, dashboardProviders,
+# dashboards, envValueFrom) that generator.platform.grafana renders from `grafana`.
+GRAFANA_VALUES = frozenset({"datasources", "dashboardProviders", "dashboards", "envValueFrom"})
+CLICKHOUSE_PLUGIN = "grafana-clickhouse-datasource"  # the Grafana plugin's id
 Stack = GpuStack
 
 
@@ -39,6 +49,37 @@ class Service(_Model):
     """Name of a Service the chart creates (charts derive it from the release name)."""
     port: int = Field(ge=1, le=65535)
     """Its port."""
+
+
+class PodMonitor(_Model):
+    role: Literal["head", "worker"]
+    """Ray pod role (runtime.identity Role, the Label.ROLE label) whose pods it scrapes, in
+    every team namespace of the cluster."""
+    port: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=15)
+    """Name of the container port it scrapes (a port generator.pods gives that role)."""
+    interval: str | None = Field(None, pattern=r"^\d+[smh]$")
+    """Scrape interval; none: the Prometheus default."""
+
+
+class DataSource(_Model):
+    name: str
+    """The data source's name in Grafana."""
+    uid: str = Field(pattern=r"^[-_a-zA-Z0-9]{1,40}$")
+    """Its uid, which `gkr render` writes into the dashboards' references to it."""
+
+
+class GrafanaProvisioning(_Model):
+    prometheus: DataSource
+    """The platform's Prometheus (warden.prometheus) as a data source."""
+    clickhouse: DataSource
+    """The cluster's telemetry store (gke.yaml telemetry), read as its reader user."""
+    clickhouse_plugin: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+    """Pinned version of the grafana-clickhouse-datasource plugin Grafana installs."""
+    folder: str
+    """Grafana folder holding GKR's dashboards."""
+    dashboards: dict[str, str] = Field(min_length=1)
+    """Dashboard name → its JSON file in the repository (platform/catalog/dashboards/), whose
+    data source references name a type (`prometheus`, `grafana-clickhouse-datasource`)."""
 
 
 class Addon(_Model):
@@ -68,6 +109,17 @@ class Addon(_Model):
     """Dotted Helm value holding the labels of the chart's ServiceMonitor (dcgm-exporter:
     `serviceMonitor.additionalLabels`), which `gkr render` fills with the labels the
     platform's Prometheus selects monitors by (generator.platform.monitoring)."""
+    pod_monitors: dict[str, PodMonitor] = {}
+    """PodMonitors `gkr render` adds to this Prometheus (kube-prometheus-stack's
+    prometheus.additionalPodMonitors), by name; only on the add-on of warden.prometheus."""
+    grafana: GrafanaProvisioning | None = None
+    """A Grafana chart whose data sources and dashboards `gkr render` provisions
+    (generator.platform.grafana)."""
+
+    @property
+    def chart_name(self) -> str:
+        """The chart's name: `chart`, or the last part of an oci:// URL."""
+        return self.chart or self.repo_url.rstrip("/").rsplit("/", 1)[-1]
 
     @model_validator(mode="after")
     def _source(self) -> Addon:
@@ -79,11 +131,34 @@ class Addon(_Model):
         if self.monitor_labels is not None and _has_path(self.values, self.monitor_labels):
             raise ValueError(f"values.{self.monitor_labels} is rendered (monitor_labels); "
                              "remove it from values")
-        rendered = sorted(SHIPPER_VALUES & set(self.values)) if self.ships_nccl_inspector else []
-        if rendered:
-            raise ValueError(f"values.{', values.'.join(rendered)} are rendered "
-                             "(ships_nccl_inspector); remove them from values")
         return self
+
+    @model_validator(mode="after")
+    def _rendered_values_left_out(self) -> Addon:
+        owners = (("ships_nccl_inspector", SHIPPER_VALUES if self.ships_nccl_inspector else ()),
+                  ("grafana", GRAFANA_VALUES if self.grafana else ()))
+        for field, owned in owners:
+            rendered = sorted(set(owned) & set(self.values))
+            if rendered:
+                raise ValueError(f"values.{', values.'.join(rendered)} are rendered "
+                                 f"({field}); remove them from values")
+        if self.pod_monitors and _has_path(self.values, POD_MONITORS_VALUE):
+            raise ValueError(f"values.{POD_MONITORS_VALUE} is rendered (pod_monitors); "
+                             "remove it from values")
+        plugins = self.values.get("plugins") if self.grafana else None
+        if isinstance(plugins, list) and any(
+                str(p).split(" ")[0].endswith(CLICKHOUSE_PLUGIN) for p in plugins):
+            raise ValueError(f"values.plugins: {CLICKHOUSE_PLUGIN} is installed at "
+                             "grafana.clickhouse_plugin; remove it from values.plugins")
+        return self
+
+    def value_problems(self, name: str, lines: LineMap) -> list[Problem]:
+        """The values the pinned chart does not take (generator.schemas.chartvalues); none
+        when its contract is not vendored."""
+        chart = contract(self.chart_name, self.version)
+        found = chart.problems(self.values) if chart else []
+        return [Problem(ADDONS_FILE, line_of(lines, ("addons", name, "values", *p.path)),
+                        f"addons.{name}.values.{p.dotted}", p.message) for p in found]
 
     def prometheus_spec(self) -> dict[str, Any]:
         """kube-prometheus-stack's `prometheus.prometheusSpec` values (empty when unset)."""
@@ -233,12 +308,24 @@ class Addons(_Model):
     def _monitors_selectable(self) -> Addons:
         prometheus = self.addons.get(self.warden.prometheus.addon)
         spec = prometheus.prometheus_spec() if prometheus else {}
-        if any(a.monitor_labels for a in self.addons.values()) and \
-                (spec.get("serviceMonitorSelector") or {}).get("matchExpressions"):
-            raise ValueError(
-                f"addons.{self.warden.prometheus.addon}.values.prometheus.prometheusSpec."
-                "serviceMonitorSelector: matchExpressions cannot be met by the labels "
-                "gkr render gives monitors (monitor_labels); select by matchLabels")
+        wanted = (("serviceMonitorSelector", any(a.monitor_labels for a in self.addons.values())),
+                  ("podMonitorSelector", bool(prometheus and prometheus.pod_monitors)))
+        for selector, rendered in wanted:
+            if rendered and (spec.get(selector) or {}).get("matchExpressions"):
+                raise ValueError(
+                    f"addons.{self.warden.prometheus.addon}.values.prometheus.prometheusSpec."
+                    f"{selector}: matchExpressions cannot be met by the labels gkr render "
+                    "gives monitors; select by matchLabels")
+        return self
+
+    @model_validator(mode="after")
+    def _pod_monitors_on_the_prometheus(self) -> Addons:
+        elsewhere = sorted(name for name, a in self.addons.items()
+                           if a.pod_monitors and name != self.warden.prometheus.addon)
+        if elsewhere:
+            raise ValueError(f"addons.{elsewhere[0]}.pod_monitors: only the platform's "
+                             f"Prometheus (warden.prometheus: {self.warden.prometheus.addon}) "
+                             "takes pod_monitors")
         return self
 
     def address(self, ref: ServiceRef) -> str:
@@ -247,5 +334,11 @@ class Addons(_Model):
 
 
 def load_addons(root: Path) -> Addons:
-    """The add-on catalog of a repository (errors name the file, line and field)."""
-    return load_model(Addons, root / ADDONS_FILE, root)[0]
+    """The add-on catalog of a repository (errors name the file, line and field), its Helm
+    values checked against each pinned chart's vendored defaults and schema."""
+    addons, lines = load_model(Addons, root / ADDONS_FILE, root)
+    problems = [p for name, addon in addons.addons.items()
+                for p in addon.value_problems(name, lines)]
+    if problems:
+        raise InvalidInput(problems)
+    return addons

@@ -15,12 +15,22 @@ from runtime.identity import Env, Label, Role
 from runtime.pods import ContainerPlan, NodeChecks, PodPlan
 
 DASHBOARD_PORT = 8265  # Ray's job submission (HTTP): the port KubeRay and its submitter use
-# Ray's default head ports: GCS, dashboard (job submission), client.
+# Ray's metrics on every Ray node, on KubeRay's default port and name (ray-operator/controllers/
+# ray/utils/constant.go: MetricsPortName "metrics", DefaultMetricsPort 8080; KubeRay adds the
+# port when a Ray container lacks it). Rendered on head and workers, and as their
+# `metrics-export-port`, so that the tree itself holds what the PodMonitors and the
+# NetworkPolicy name (generator.platform.monitoring, generator.netpolicy).
+METRICS_PORT = 8080
+RAY_METRICS_PORT: dict[str, Any] = {"name": "metrics", "containerPort": METRICS_PORT}
+# Ray's default head ports: GCS, dashboard (job submission), client; and the metrics port.
 RAY_HEAD_PORTS: tuple[dict[str, Any], ...] = (
     {"name": "gcs", "containerPort": 6379},
     {"name": "dashboard", "containerPort": DASHBOARD_PORT},
     {"name": "client", "containerPort": 10001},
+    RAY_METRICS_PORT,
 )
+ROLE_PORTS: dict[Role, tuple[dict[str, Any], ...]] = {
+    Role.HEAD: RAY_HEAD_PORTS, Role.WORKER: (RAY_METRICS_PORT,)}
 SENTINEL_RESOURCES = {"cpu": "100m", "memory": "128Mi"}
 CONTAINER = {Role.HEAD: "ray-head", Role.WORKER: "ray-worker", Role.JOB: "main",
              Role.SENTINEL: "sentinel"}
@@ -67,9 +77,14 @@ def _container(job: ResolvedJob, role: Role, on_gpu: bool) -> ContainerPlan:
         command=shell_command(job.spec.cmd) if role == Role.JOB else None,
         working_dir=job.container_working_dir,
         env=_env(job, role, on_gpu),
-        ports=RAY_HEAD_PORTS if head else None,
+        ports=ROLE_PORTS.get(role),
         volume_mounts=[*(dump_mounts(job) if on_gpu else ()), *key_mounts(job, role)],
     )
+
+
+def role_ports(role: Role) -> dict[str, int]:
+    """The named container ports of a role's pods: name → number."""
+    return {port["name"]: port["containerPort"] for port in ROLE_PORTS.get(role, ())}
 
 
 def shell_command(cmd: str | None) -> list[str]:

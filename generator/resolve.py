@@ -48,6 +48,16 @@ class Exposure:
 
 
 @dataclass(frozen=True)
+class Scrape:
+    """The platform's Prometheus scraping a role's pods on a named port (a PodMonitor of the
+    add-on catalog): its namespace is admitted there by the job's NetworkPolicy."""
+
+    namespace: str
+    role: str
+    port: str
+
+
+@dataclass(frozen=True)
 class ResolvedJob:
     """A spec with every default and platform fact filled in; the templates' only input."""
 
@@ -82,6 +92,8 @@ class ResolvedJob:
     # Where Warden's workflows live (its Temporal frontend and namespace, from the add-on
     # catalog): a torchft run sends its shrink requests there (runtime.ft.shrink).
     warden_env: dict[str, str] = field(default_factory=dict)
+    # Who scrapes the job's pods' metrics (the add-on catalog's pod_monitors).
+    scrapes: tuple[Scrape, ...] = ()
     # Of one part of an experiment spec (`generator.experiments`): the GKR_* settings its pods
     # get beside their identity, and the Service the job's template renders in front of them.
     gkr_env: dict[str, str] = field(default_factory=dict)
@@ -196,6 +208,7 @@ def _fill(ctx: Context, display: str, user_env: dict[str, str]) -> ResolvedJob:
                            if spec.rack_affinity else None),
         min_workers=0 if spec.preemptible else spec.pods,
         warden_env=warden_env(ctx.catalog.root),
+        scrapes=scrapes(ctx.catalog.root),
     )
 
 
@@ -213,6 +226,21 @@ def _warden_env(root: Path, *_version: int) -> dict[str, str]:  # read once per 
         "namespace", TemporalSettings.model_fields["namespace"].default)
     return {Env.TEMPORAL_ADDRESS: addons.address(addons.warden.temporal),
             Env.TEMPORAL_NAMESPACE: str(namespace)}
+
+
+def scrapes(root: Path) -> tuple[Scrape, ...]:
+    """The PodMonitors of the platform's Prometheus (warden.prometheus), from the add-on
+    catalog."""
+    stat = (root / ADDONS_FILE).stat()
+    return _scrapes(root, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _scrapes(root: Path, *_version: int) -> tuple[Scrape, ...]:  # read once per file version
+    addons = load_addons(root)
+    prometheus = addons.addons[addons.warden.prometheus.addon]
+    return tuple(Scrape(prometheus.namespace, row.role, row.port)
+                 for _, row in sorted(prometheus.pod_monitors.items()))
 
 
 def _pod_size(

@@ -43,7 +43,11 @@ from generator.names import (
 from generator.output import scan
 from generator.paths import WARDEN_GENERATED, job_path
 from generator.placement import spec_files
-from generator.platform.checks import check_terraform_structure, check_terraform_tools
+from generator.platform.checks import (
+    check_chart_values,
+    check_terraform_structure,
+    check_terraform_tools,
+)
 from generator.policies import check_job_policies
 from generator.render import render_tree
 from generator.specs import load_spec
@@ -122,12 +126,13 @@ MANIFEST_CHECKS: list[TreeCheck] = [
     check_schemas, check_job_policies, check_metadata, check_object_sizes,
 ]
 TREE_CHECKS: list[TreeCheck] = [
-    *MANIFEST_CHECKS, check_terraform_structure, check_terraform_tools,
+    *MANIFEST_CHECKS, check_terraform_structure, check_terraform_tools, check_chart_values,
 ]
 SKIPPED_FOR_SPECS = (
     "kubectl kustomize of the overlays",
     "the comparison of the committed tree with a fresh render",
     "the Terraform roots",
+    "the add-ons' Helm values against their charts",
 )
 
 

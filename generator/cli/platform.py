@@ -16,13 +16,17 @@ app.add_typer(platform_app, name="platform")
 
 @platform_app.command("check")
 def check(root: RootOption = None) -> None:
-    """Terraform structure, `terraform fmt -check` and `terraform validate` (skips say why)."""
+    """Terraform structure, `terraform fmt -check` and `terraform validate`, and the add-ons'
+    Helm values against their pinned charts (skips say why)."""
+    from generator.addons import load_addons
     from generator.catalog import Catalog
     from generator.errors import CheckFailed, Problem
     from generator.platform.checks import (
+        check_chart_values,
         check_terraform_fmt,
         check_terraform_structure,
         check_terraform_validate,
+        unchecked_charts,
     )
     from generator.render import render_tree
     from generator.repo import find_root
@@ -32,13 +36,19 @@ def check(root: RootOption = None) -> None:
     tree = render_tree(root, catalog)
     fmt, validate = check_terraform_fmt(root), check_terraform_validate(root, tree)
     problems = check_terraform_structure(tree, catalog) + fmt.problems + validate.problems
-    for reason in fmt.skipped + validate.skipped:
+    problems += check_chart_values(tree, catalog)
+    unchecked = unchecked_charts(load_addons(root))
+    skipped = fmt.skipped + validate.skipped + ([
+        f"Helm values of {', '.join(unchecked)}: no chart defaults vendored in "
+        "generator/schemas/charts/"] if unchecked else [])
+    for reason in skipped:
         err_console.print(f"skipped: {reason}")
     if problems:
         raise CheckFailed("\n".join(str(p) for p in sorted(set(problems), key=Problem.sort_key)))
     out_console.print(f"terraform: {len(catalog.clusters)} cluster roots match the catalog; "
                       f"fmt {'skipped' if fmt.skipped else 'clean'}; validate "
-                      f"{'skipped' if validate.skipped else 'clean'}")
+                      f"{'skipped' if validate.skipped else 'clean'}; add-on values match "
+                      "their charts")
 
 
 @platform_app.command("scan-input")

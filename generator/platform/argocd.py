@@ -11,7 +11,8 @@ from generator.catalog import Cluster
 from generator.manifests import render_documents, render_template
 from generator.paths import ARGOCD_ROOT, WARDEN_PATH, jobs_dir, overlay_dir
 from generator.platform.context import PlatformContext
-from generator.platform.monitoring import selected_labels, with_labels
+from generator.platform.grafana import grafana_values
+from generator.platform.monitoring import selected_labels, with_labels, with_pod_monitors
 from generator.platform.telemetry import fluent_bit_values
 
 
@@ -44,15 +45,20 @@ def produce_argocd(ctx: PlatformContext) -> None:
 
 def helm_values(ctx: PlatformContext, cluster: Cluster, addon: Addon) -> dict[str, Any]:
     """The add-on's Helm values on one cluster: GPU node add-ons tolerate its GPU nodes, the
-    NCCL Inspector shipper gets its pipeline, and monitors the labels Prometheus selects."""
+    NCCL Inspector shipper gets its pipeline, monitors the labels Prometheus selects, the
+    Prometheus its PodMonitors and Grafana its data sources and dashboards."""
     values = dict(addon.values)
     if addon.gpu_tolerations is not None:
         offered = list(ctx.offered(cluster).values())
         values[addon.gpu_tolerations] = ctx.gpu_tolerations(offered)
     if addon.ships_nccl_inspector:
         values |= fluent_bit_values(ctx, cluster)
+    release = ctx.addons.warden.prometheus.addon  # the Prometheus of the platform
     if addon.monitor_labels is not None:
-        release = ctx.addons.warden.prometheus.addon  # the Prometheus of the platform
         labels = selected_labels(release, ctx.addons.addons[release])
         values = with_labels(values, addon.monitor_labels, labels)
+    if addon.pod_monitors:
+        values = with_pod_monitors(values, release, addon, cluster)
+    if addon.grafana is not None:
+        values = grafana_values(ctx, addon.grafana, values)
     return values

@@ -1,5 +1,7 @@
 """Checks of the generated platform in `gkr validate`: the Terraform structure (python-hcl2
-over the hand-written modules, JSON roots against the catalog) and `terraform fmt -check`.
+over the hand-written modules, JSON roots against the catalog), `terraform fmt -check`, and
+every add-on Application's Helm values against its pinned chart's vendored defaults and schema
+(generator.schemas.chartvalues; the catalog's own values are checked when it loads).
 
 `terraform validate` needs the google provider, which `terraform init` downloads; where it
 cannot (no binary, no network, no local mirror) the check is skipped and says why.
@@ -17,11 +19,13 @@ from typing import Any
 
 import hcl2
 
-from generator.addons import load_addons
+from generator.addons import Addons, load_addons
 from generator.catalog import Catalog
 from generator.errors import Problem
+from generator.paths import ARGOCD_ROOT
 from generator.platform.context import PlatformContext
 from generator.platform.terraform import accelerator_pools, cluster_root, module_networks
+from generator.schemas.chartvalues import contract
 from generator.tree import Tree
 
 MODULE = "terraform/modules/gke-cluster"
@@ -165,3 +169,33 @@ def _run(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProces
 def check_terraform_tools(tree: Tree, catalog: Catalog) -> list[Problem]:
     """The TREE_CHECKS entry for `terraform fmt` (skipped silently without the binary)."""
     return check_terraform_fmt(catalog.root).problems
+
+
+def check_chart_values(tree: Tree, catalog: Catalog) -> list[Problem]:
+    """The Helm values of every add-on Application in the tree (the catalog's and what
+    `gkr render` fills in) against the contract of the chart and version it installs."""
+    return [problem for path, documents in sorted(tree.manifests.items())
+            if path.startswith(f"{ARGOCD_ROOT}/apps/")
+            for document in documents for problem in _application_values(path, document)]
+
+
+def _application_values(path: str, application: dict[str, Any]) -> list[Problem]:
+    source = (application.get("spec") or {}).get("source") or {}
+    helm = source.get("helm")
+    if not isinstance(helm, dict):
+        return []  # an Application on a folder of this repository
+    chart_name = source.get("chart") or str(source.get("repoURL", "")).rstrip("/").rsplit("/")[-1]
+    chart = contract(chart_name, str(source.get("targetRevision")))
+    values = helm.get("valuesObject") or {}
+    if chart is None or not isinstance(values, dict):
+        return []
+    name = (application.get("metadata") or {}).get("name", "?")
+    return [Problem(path, None, f"Application/{name} spec.source.helm.valuesObject.{p.dotted}",
+                    p.message) for p in chart.problems(values)]
+
+
+def unchecked_charts(addons: Addons) -> list[str]:
+    """The add-ons whose chart contract is not vendored, so whose values go unchecked."""
+    return [f"{name} ({addon.chart_name} {addon.version})"
+            for name, addon in sorted(addons.addons.items())
+            if contract(addon.chart_name, addon.version) is None]
