@@ -82,6 +82,8 @@ class ResolvedJob:
     # Where Warden's workflows live (its Temporal frontend and namespace, from the add-on
     # catalog): a torchft run sends its shrink requests there (runtime.ft.shrink).
     warden_env: dict[str, str] = field(default_factory=dict)
+    # Warden's Temporal task queue, where a RayJob's preflight gate sends its results.
+    warden_task_queue: str = TemporalSettings.model_fields["task_queue"].default
     # Of one part of an experiment spec (`generator.experiments`): the GKR_* settings its pods
     # get beside their identity, and the Service the job's template renders in front of them.
     gkr_env: dict[str, str] = field(default_factory=dict)
@@ -196,6 +198,7 @@ def _fill(ctx: Context, display: str, user_env: dict[str, str]) -> ResolvedJob:
                            if spec.rack_affinity else None),
         min_workers=0 if spec.preemptible else spec.pods,
         warden_env=warden_env(ctx.catalog.root),
+        warden_task_queue=warden_task_queue(ctx.catalog.root),
     )
 
 
@@ -213,6 +216,18 @@ def _warden_env(root: Path, *_version: int) -> dict[str, str]:  # read once per 
         "namespace", TemporalSettings.model_fields["namespace"].default)
     return {Env.TEMPORAL_ADDRESS: addons.address(addons.warden.temporal),
             Env.TEMPORAL_NAMESPACE: str(namespace)}
+
+
+def warden_task_queue(root: Path) -> str:
+    """Warden's task queue as the add-on catalog sets it (`warden.settings.temporal`)."""
+    stat = (root / ADDONS_FILE).stat()
+    return _warden_task_queue(root, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _warden_task_queue(root: Path, *_version: int) -> str:  # read once per file version
+    temporal = load_addons(root).warden.settings.get("temporal", {})
+    return str(temporal.get("task_queue", TemporalSettings.model_fields["task_queue"].default))
 
 
 def _pod_size(

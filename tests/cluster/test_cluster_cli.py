@@ -25,7 +25,7 @@ NS = "team-llm"
 SUBMIT = ["submit", "train-a", "rayjob", "--cluster", "usc1-prod", "--namespace", NS,
           "--pods", "2", "--gpus", "8", "--cpus", "80", "--memory", "512Gi",
           "--accelerators", "H200", "--docker-image", "trainer", "--preemptible",
-          "--cmd", "python -m runtime.train cfg.yaml", "--no-preflight"]
+          "--cmd", "python -m runtime.train cfg.yaml"]
 
 
 class Outcome:
@@ -147,7 +147,7 @@ def test_list_status_logs_and_delete(repo, apiserver):
 
 def test_raycluster_delete_needs_explicit_request(repo, apiserver):
     gkr("submit", "-f", "jobs/llm/llm-dev.yaml", "--cluster", "usc1-prod", "--accelerators",
-        "H200", "--no-preflight")
+        "H200")
     assert apiserver.get("apps", "deployments", NS, "llm-dev-sentinel") is not None
     refused = gkr("delete", "llm-dev", "--cluster", "usc1-prod", "-n", NS)
     assert refused.exit_code == 1 and apiserver.get("ray.io", "rayclusters", NS, "llm-dev")
@@ -199,7 +199,7 @@ def test_kubectl_argv_and_pod_selection():
 
 
 def test_submit_waits_for_the_placed_pods(repo, apiserver):
-    """The wait of `gkr submit --preflight` (the exec that follows needs a real cluster)."""
+    """The wait for placed pods (`gkr shell` waits so for a new development pod)."""
     from generator.cluster.preflight import wait_running
 
     gkr(*SUBMIT)
