@@ -189,8 +189,12 @@ def main() -> int:
     from runtime.preflight.placement import ray_pods  # Ray, only once the settings are good
 
     reporter = reporter_from_env(config.warden_task_queue, uuid.uuid4().hex[:12])
-    with ray_pods(config.checks.gpus) as pods:
-        record = run_gate(config, pods, reporter)
+    try:
+        with ray_pods(config.checks.gpus) as pods:
+            record = run_gate(config, pods, reporter)
+    except ConnectionError as error:  # no Ray cluster to gate: nothing may run unchecked
+        log(f"FAILED: cannot reach the job's Ray cluster: {error}")
+        return 1
     if not record.passed:
         log(f"FAILED, tearing down: {record.message}")
         return 1

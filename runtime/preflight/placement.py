@@ -21,7 +21,6 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from runtime.identity import Env
-from runtime.preflight.pod import run_pod
 from runtime.preflight.tasks import PodOutcome, PodSlot, PodsMissing, PodTask
 
 POLL_S = 1.0  # how often the cluster's nodes are listed while pods are awaited
@@ -41,6 +40,8 @@ class _Agent:
             return int(probe.getsockname()[1])
 
     def run(self, task: str) -> str:
+        from runtime.preflight.pod import run_pod  # torch: in the pods, never on the head
+
         return run_pod(PodTask.model_validate_json(task)).model_dump_json()
 
 

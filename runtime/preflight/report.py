@@ -72,7 +72,10 @@ class WardenReporter:
 
         log(record.model_dump_json())
         report = PreflightReport(
-            report_id=f"{self.run_id}-{record.attempt}", namespace=self.identity.namespace,
+            # One report per attempt and outcome: a teardown that follows a refused
+            # replacement is a report of its own, not a repeat of the retry's.
+            report_id=f"{self.run_id}-{record.attempt}-{record.next}",
+            namespace=self.identity.namespace,
             kind="RayJob", name=self.identity.job, record=record.model_dump_json(),
             suspects={s.node: f"{s.pod}: {s.reason}" for s in record.suspects})
         try:

@@ -62,7 +62,7 @@ Next = Literal["run", "retry", "teardown"]
 
 class GateRecord(BaseModel):
     """One run of a job's preflight gate over all its worker pods: what the RayJob's
-    `gkr.dev/preflight` annotation holds and `gkr status` shows."""
+    preflight annotation (Annotation.PREFLIGHT) holds and `gkr status` shows."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
