@@ -114,11 +114,20 @@ def gate_settings(job: ResolvedJob) -> str:
     return json.dumps(settings, sort_keys=True, separators=(",", ":"))
 
 
+def literal_env(value: str) -> str:
+    """An env value the kubelet passes on unchanged. It expands `$(NAME)` from the
+    container's earlier variables and reduces `$$` to `$` (Kubernetes API reference,
+    EnvVar.value), which would change a shell line such as `echo $$`; every `$` doubled
+    comes out as written."""
+    return value.replace("$", "$$")
+
+
 def _gate_env(job: ResolvedJob, role: Role) -> dict[str, str]:
-    """The head runs the driver: the gate's settings and the cmd it runs after."""
+    """The head runs the driver: the gate's settings and the cmd it runs after, as written."""
     if role != Role.HEAD or not gated(job):
         return {}
-    return {Env.PREFLIGHT_GATE: gate_settings(job), Env.ENTRYPOINT: job.spec.cmd or ""}
+    return {Env.PREFLIGHT_GATE: literal_env(gate_settings(job)),
+            Env.ENTRYPOINT: literal_env(job.spec.cmd or "")}
 
 
 def shell_command(cmd: str | None) -> list[str]:

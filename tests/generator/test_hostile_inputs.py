@@ -328,13 +328,15 @@ def test_catalog_contradictions_name_file_line_and_field(
 
 
 def head_env(rayjob: dict) -> dict[str, str]:
-    """The literal variables of a RayJob's head container."""
+    """The literal variables of a RayJob's head container, as its processes see them: the
+    kubelet reduces `$$` to `$` (generator.pods.literal_env)."""
     head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
-    return {e["name"]: e["value"] for e in head["containers"][0]["env"] if "value" in e}
+    return {e["name"]: e["value"].replace("$$", "$") for e in head["containers"][0]["env"]
+            if "value" in e}
 
 
 def test_one_meaning_of_cmd_a_shell_command_line_for_every_kind(repo, spec) -> None:
-    cmd = 'python train.py --name "run one" | tee log && echo "$GKR_JOB"'
+    cmd = 'python train.py --name "run one" | tee log.$$ && echo "$GKR_JOB" $(GKR_JOB)'
     repo.write_spec("as-job", spec(kind="job", pods=1, cmd=cmd))
     repo.write_spec("as-rayjob", spec(cmd=cmd))
     tree = render_tree(repo.root, use_cache=False)

@@ -18,8 +18,11 @@ GATE = "python -m runtime.preflight.gate"
 
 
 def head_env(rayjob: dict[str, Any]) -> dict[str, str]:
+    """The head's variables as written (its rendered values double every `$` for the
+    kubelet, generator.pods.literal_env)."""
     head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
-    return {e["name"]: e["value"] for e in head["containers"][0]["env"] if "value" in e}
+    return {e["name"]: e["value"].replace("$$", "$") for e in head["containers"][0]["env"]
+            if "value" in e}
 
 
 def worker_env(rayjob: dict[str, Any]) -> dict[str, str]:
