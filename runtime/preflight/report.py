@@ -4,7 +4,9 @@ Job pods hold no Kubernetes credentials (runtime.pods: automountServiceAccountTo
 so the gate asks Warden, over Temporal, to record each result on the RayJob (the annotation
 `gkr status` reads), to check the nodes it blames (suspects: Warden's node check decides),
 and, for a retry, to replace the blamed pods (a shrink request that removes none: KubeRay
-deletes the named pods and recreates them to keep the group's replicas). Without a Warden
+deletes the pods `workersToDelete` names even when the replicas stay, then recreates them to
+keep the count; ray-operator reconcilePods, "Prioritize WorkersToDelete", ray-project/kuberay
+pull request 208). Without a Warden
 (no GKR_TEMPORAL_ADDRESS: a local run) results only go to the log, and nothing can replace
 a pod, so a failed preflight tears the job down.
 """
