@@ -52,6 +52,19 @@ class Resources(_Model):
     """Memory, a Kubernetes quantity."""
 
 
+class PreflightFacts(_Model):
+    """What the preflight that gates a RayJob (runtime.preflight.gate) asks of this
+    accelerator's pods: the all-reduce between them at least this fast."""
+
+    min_busbw_gbps: float = Field(gt=0, allow_inf_nan=False)
+    """Least all-reduce bus bandwidth between the job's pods, GB/s, as NVIDIA nccl-tests
+    define it: busbw = algbw * 2(n-1)/n over n ranks (doc/PERFORMANCE.md,
+    https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md)."""
+    message_mib: float = Field(256.0, gt=0, le=4096)
+    """All-reduce buffer per rank, MiB, at which the threshold holds (bandwidth falls with
+    smaller messages)."""
+
+
 class Accelerator(_Model):
     """One accelerator type and everything its pods need (seed §3.1)."""
 
@@ -89,6 +102,8 @@ class Accelerator(_Model):
     """Static pod annotations (device lists of sidecars)."""
     sidecars: list[dict[str, Any]]
     """Native sidecars (init containers with restartPolicy Always), e.g. the TCPXO daemon."""
+    preflight: PreflightFacts
+    """The gate's all-reduce threshold for jobs on this accelerator."""
     nccl_inspector_plugin: str | None = Field(None, pattern=r"^/\S+\.so$")
     """Path in the training image of the NCCL Inspector profiler plugin (built for the NCCL
     that the accelerator's pods load); None: GPU pods record no NCCL Inspector data."""

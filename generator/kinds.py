@@ -21,6 +21,8 @@ class KindTraits:
     needs_cmd: bool
     persistent: bool  # lives until its owner deletes it (seed §4.3)
     fetches_working_dir: bool  # Ray downloads a gs://… working_dir (a RayJob's runtime_env)
+    # Its driver runs the preflight gate before cmd (runtime.preflight.gate): a RayJob's.
+    gated: bool = False
     # Optional spec fields that mean nothing for this kind, with what to do instead.
     refuses: tuple[tuple[str, str], ...] = ()
 
@@ -37,11 +39,13 @@ class KindTraits:
 _BOUNDED = "a raycluster lives until deleted; use a rayjob for a bounded run"
 _RESERVES = "only a rayjob releases nodes it could reserve"
 _LEARNERS = "a DiLoCo experiment's learners are rayjobs: use kind: rayjob"
+# The gate is a RayJob's driver; the other kinds' nodes are checked with `gkr check NODE`.
+_GATED = "only a rayjob is gated by the preflight (its driver runs it); `gkr check NODE` checks"
 
 KINDS: dict[str, KindTraits] = {
     JobKind.RAYJOB: KindTraits(
         JobKind.RAYJOB, "rayjob.yaml.j2", "ray.io/v1", "RayJob", 47, (Role.HEAD, Role.WORKER),
-        needs_cmd=True, persistent=False, fetches_working_dir=True,
+        needs_cmd=True, persistent=False, fetches_working_dir=True, gated=True,
     ),
     JobKind.RAYCLUSTER: KindTraits(
         JobKind.RAYCLUSTER, "raycluster.yaml.j2", "ray.io/v1", "RayCluster", 53,
@@ -53,6 +57,7 @@ KINDS: dict[str, KindTraits] = {
             ("retries", "a raycluster is not retried; KubeRay replaces failed pods"),
             ("deadline", _BOUNDED), ("ttl", _BOUNDED),
             ("relaunch_reservation", _RESERVES), ("diloco", _LEARNERS),
+            ("preflight", f"{_GATED} a raycluster's nodes"),
         ),
     ),
     JobKind.JOB: KindTraits(
@@ -61,6 +66,7 @@ KINDS: dict[str, KindTraits] = {
         refuses=(
             ("head", "a job has no Ray head; head is for rayjob and raycluster"),
             ("relaunch_reservation", _RESERVES), ("diloco", _LEARNERS),
+            ("preflight", f"{_GATED} a job's nodes"),
         ),
     ),
 }

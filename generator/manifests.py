@@ -19,7 +19,7 @@ from generator.errors import InvalidInput, Problem
 from generator.kinds import sentinel_name
 from generator.names import object_size_problem
 from generator.netpolicy import network_policy
-from generator.pods import METRICS_PORT, plan_pods
+from generator.pods import METRICS_PORT, WORKER_GROUP, entrypoint, plan_pods
 from generator.resolve import ResolvedJob
 from runtime.identity import Annotation, Label, Role
 from runtime.pods import build_pod
@@ -122,10 +122,10 @@ def _job_documents(job: ResolvedJob) -> list[dict[str, Any]]:
     plans = plan_pods(job)
     pods = {str(role): build_pod(plan) for role, plan in plans.items()}
     ray = (render_template("ray_cluster_spec.yaml.j2", job=job, pods=pods,
-                           metrics_port=METRICS_PORT)
+                           metrics_port=METRICS_PORT, worker_group=WORKER_GROUP)
            if Role.HEAD in plans else None)
     return [*render_documents(
-        job.traits.template, job=job, pods=pods, ray_cluster_spec=ray,
+        job.traits.template, job=job, pods=pods, ray_cluster_spec=ray, entrypoint=entrypoint(job),
         kueue_labels={kueue["queue_label"]: job.queue,
                       kueue["priority_label"]: job.priority.priority_class},
         sentinel={"name": sentinel_name(job.name), "labels": plans[Role.SENTINEL].labels,

@@ -4,15 +4,19 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from generator.catalog import Catalog
 from generator.resolve import ResolvedJob
 from generator.telemetry import DUMP_VOLUME, FR_SUBFOLDER, POD_DUMP_DIR, Telemetry, collective_env
+from generator.units import parse_duration
 from runtime.diloco.config import KEY_DIR
 from runtime.identity import Env, Label, Role
-from runtime.pods import ContainerPlan, NodeChecks, PodPlan
+from runtime.pods import PREFLIGHT_GATE, ContainerPlan, NodeChecks, PodPlan
+from runtime.preflight.config import GateConfig
 
 DASHBOARD_PORT = 8265  # Ray's job submission (HTTP): the port KubeRay and its submitter use
 # Ray's metrics on every Ray node, on KubeRay's default port and name (ray-operator/controllers/
@@ -38,6 +42,7 @@ CONTAINER = {Role.HEAD: "ray-head", Role.WORKER: "ray-worker", Role.JOB: "main",
 # name and node; its listeners (aux proxies, torchft) bind its IP, not every interface.
 DOWNWARD = {Env.POD: "metadata.name", Env.NODE: "spec.nodeName", Env.POD_IP: "status.podIP"}
 RUNTIME_IMAGE = "gkr-runtime"  # the catalog's image with the `runtime` package
+WORKER_GROUP = "workers"  # the one worker group of every Ray job (ray_cluster_spec.yaml.j2)
 KEY_VOLUME = "diloco-keys"
 KEY_MODE = 0o400
 
@@ -87,6 +92,59 @@ def role_ports(role: Role) -> dict[str, int]:
     return {port["name"]: port["containerPort"] for port in ROLE_PORTS.get(role, ())}
 
 
+def pod_expectations(job: ResolvedJob) -> dict[str, Any]:
+    """What the preflight in one of the job's GPU pods checks: the GPUs it was given (a whole
+    node unless the job asked for fewer), the accelerator's transport variables, plugins and
+    mounts; a CPU pod needs none of them."""
+    return job.gpu_host.expectations(gpus=job.gpus) if job.gpu_host else {"gpus": 0}
+
+
+def gated(job: ResolvedJob) -> bool:
+    """Whether the preflight gate runs before the job's cmd (a RayJob's driver runs it)."""
+    return job.traits.gated and job.spec.preflight.enabled
+
+
+def entrypoint(job: ResolvedJob) -> str | None:
+    """A RayJob's entrypoint: the gate, which runs cmd (GKR_ENTRYPOINT) once every worker pod
+    passed, so that the check holds however the RayJob reached the cluster (`gkr submit` or
+    Argo CD); or cmd itself when the spec turns the gate off."""
+    return shlex.join(PREFLIGHT_GATE) if gated(job) else job.spec.cmd
+
+
+def gate_settings(job: ResolvedJob) -> str:
+    """The gate's settings (GKR_PREFLIGHT_GATE): the pods, what each must offer, the
+    accelerator's bandwidth threshold and the spec's policy. Validated by the runtime's own
+    model, so a mismatch fails `gkr render` rather than the job."""
+    policy, facts = job.spec.preflight, job.accelerator.preflight if job.accelerator else None
+    retry = policy.on_failure == "retry"
+    settings: dict[str, Any] = {
+        "pods": job.spec.pods, "checks": pod_expectations(job), "group": WORKER_GROUP,
+        "warden_task_queue": job.warden_task_queue,
+        "policy": {"on_failure": policy.on_failure, "attempts": policy.attempts if retry else 1,
+                   "replacement_timeout_s": parse_duration(policy.replacement_timeout)},
+    }
+    if facts is not None:
+        settings |= {"min_busbw_gbps": facts.min_busbw_gbps, "message_mib": facts.message_mib}
+    GateConfig.model_validate(settings)
+    return json.dumps(settings, sort_keys=True, separators=(",", ":"))
+
+
+def literal_env(value: str) -> str:
+    """An env value the kubelet passes on unchanged. It expands `$(NAME)` from the
+    container's earlier variables and reduces `$$` to `$` (Kubernetes API reference,
+    EnvVar.value), which would change a shell line such as `echo $$`; every `$` doubled
+    comes out as written."""
+    return value.replace("$", "$$")
+
+
+def _gate_env(job: ResolvedJob, role: Role) -> dict[str, str]:
+    """The head runs the driver: the gate's settings and the cmd it runs after, as written."""
+    if role != Role.HEAD or not gated(job):
+        return {}
+    return {Env.PREFLIGHT_GATE: literal_env(gate_settings(job)),
+            Env.ENTRYPOINT: literal_env(job.spec.cmd or "")}
+
+
 def shell_command(cmd: str | None) -> list[str]:
     """A Job runs its cmd as Ray runs a RayJob's entrypoint: one shell command line, so that
     `cmd` means the same for every kind (pipes, `&&` and `$VAR` work in both)."""
@@ -104,6 +162,7 @@ def _env(job: ResolvedJob, role: Role, on_gpu: bool) -> list[dict[str, Any]]:
     collectives = collective_env(gpu.nccl_inspector_plugin) if gpu else {}
     telemetry = job.platform.telemetry
     values: Mapping[str, str] = {**accel, **collectives, **job.user_env, **job.identity_env,
+                                 **_gate_env(job, role),
                                  Env.TELEMETRY_DSN: telemetry.dsn(), Env.ROLE: str(role)}
     env: dict[str, dict[str, Any]] = {
         name: {"name": name, "value": value} for name, value in values.items()}

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from generator.addons import ADDONS_FILE, load_addons
 from generator.catalog import (
@@ -94,6 +94,8 @@ class ResolvedJob:
     warden_env: dict[str, str] = field(default_factory=dict)
     # Who scrapes the job's pods' metrics (the add-on catalog's pod_monitors).
     scrapes: tuple[Scrape, ...] = ()
+    # Warden's Temporal task queue, where a RayJob's preflight gate sends its results.
+    warden_task_queue: str = TemporalSettings.model_fields["task_queue"].default
     # Of one part of an experiment spec (`generator.experiments`): the GKR_* settings its pods
     # get beside their identity, and the Service the job's template renders in front of them.
     gkr_env: dict[str, str] = field(default_factory=dict)
@@ -186,6 +188,7 @@ def _fill(ctx: Context, display: str, user_env: dict[str, str]) -> ResolvedJob:
     namespace = cluster.teams[team].namespace
     annotations = {Annotation.OWNER: spec.owner, Annotation.SOURCE: display}
     workload = Workload(cluster.name, namespace, team, spec.name, JobKind(spec.kind))
+    facts = addon_facts(ctx.catalog.root)
     return ResolvedJob(
         spec=spec, traits=KINDS[spec.kind], source=display,
         workload=workload,
@@ -207,40 +210,39 @@ def _fill(ctx: Context, display: str, user_env: dict[str, str]) -> ResolvedJob:
         rack_topology_key=(platform.topology[spec.rack_affinity.level]
                            if spec.rack_affinity else None),
         min_workers=0 if spec.preemptible else spec.pods,
-        warden_env=warden_env(ctx.catalog.root),
-        scrapes=scrapes(ctx.catalog.root),
+        warden_env=dict(facts.warden_env), scrapes=facts.scrapes,
+        warden_task_queue=facts.warden_task_queue,
     )
 
 
-def warden_env(root: Path) -> dict[str, str]:
-    """Warden's Temporal frontend and namespace as pods read them (GKR_TEMPORAL_*), from the
-    add-on catalog: the service `warden.temporal` names and Warden's own settings."""
+class AddonFacts(NamedTuple):
+    """What a job's pods take from the add-on catalog."""
+
+    # Warden's Temporal frontend and namespace as pods read them (GKR_TEMPORAL_*): the
+    # service `warden.temporal` names and Warden's own settings.
+    warden_env: dict[str, str]
+    # Warden's task queue (`warden.settings.temporal`), where a preflight gate reports.
+    warden_task_queue: str
+    # The PodMonitors of the platform's Prometheus (warden.prometheus).
+    scrapes: tuple[Scrape, ...]
+
+
+def addon_facts(root: Path) -> AddonFacts:
     stat = (root / ADDONS_FILE).stat()
-    return dict(_warden_env(root, stat.st_mtime_ns, stat.st_size))
+    return _addon_facts(root, stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=16)
-def _warden_env(root: Path, *_version: int) -> dict[str, str]:  # read once per file version
+def _addon_facts(root: Path, *_version: int) -> AddonFacts:  # read once per file version
     addons = load_addons(root)
-    namespace = addons.warden.settings.get("temporal", {}).get(
-        "namespace", TemporalSettings.model_fields["namespace"].default)
-    return {Env.TEMPORAL_ADDRESS: addons.address(addons.warden.temporal),
-            Env.TEMPORAL_NAMESPACE: str(namespace)}
-
-
-def scrapes(root: Path) -> tuple[Scrape, ...]:
-    """The PodMonitors of the platform's Prometheus (warden.prometheus), from the add-on
-    catalog."""
-    stat = (root / ADDONS_FILE).stat()
-    return _scrapes(root, stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=16)
-def _scrapes(root: Path, *_version: int) -> tuple[Scrape, ...]:  # read once per file version
-    addons = load_addons(root)
+    temporal = {**TemporalSettings().model_dump(), **addons.warden.settings.get("temporal", {})}
     prometheus = addons.addons[addons.warden.prometheus.addon]
-    return tuple(Scrape(prometheus.namespace, row.role, row.port)
-                 for _, row in sorted(prometheus.pod_monitors.items()))
+    return AddonFacts(
+        {Env.TEMPORAL_ADDRESS: addons.address(addons.warden.temporal),
+         Env.TEMPORAL_NAMESPACE: str(temporal["namespace"])},
+        str(temporal["task_queue"]),
+        tuple(Scrape(prometheus.namespace, row.role, row.port)
+              for _, row in sorted(prometheus.pod_monitors.items())))
 
 
 def _pod_size(

@@ -59,6 +59,21 @@ class RackAffinity(_Strict):
     """Refuse to schedule outside one topology domain (default: preferred only)."""
 
 
+class Preflight(_Strict):
+    """The preflight that gates a rayjob: before its cmd runs, the driver checks every worker
+    pod and the all-reduce between them, inside the cluster (runtime.preflight.gate)."""
+
+    enabled: bool = True
+    """Run it; false starts cmd at once (an image without GKR's runtime package)."""
+    on_failure: Literal["retry", "teardown"] = "teardown"
+    """teardown: the job fails and its RayCluster is deleted (`retries` may start it anew);
+    retry: Warden replaces the pods of the nodes blamed, and the preflight runs again."""
+    attempts: int = Field(3, ge=1, le=10)
+    """With retry: runs of the preflight at most, the first included."""
+    replacement_timeout: Duration = "30m"
+    """With retry: how long to wait for the replaced pods to join."""
+
+
 class Learner(_Strict):
     """One learner of a DiLoCo experiment: a RayJob of its own, on its cluster."""
 
@@ -170,5 +185,7 @@ class JobSpec(_Strict):
     """After a RayJob ends, keep its nodes reserved for the namespace this long (seed §4.3)."""
     retries: int = Field(0, ge=0, le=100)
     """How many times a failed job is retried (RayJob/Job backoffLimit)."""
+    preflight: Preflight = Field(default_factory=Preflight)
+    """The in-cluster preflight before a rayjob's cmd, and what a failure leads to."""
     diloco: Diloco | None = None
     """A DiLoCo experiment: one rayjob per learner and a synchroniser (rayjob only)."""

@@ -59,18 +59,23 @@ def train_argv(cmd: str) -> list[str] | None:
     """The arguments after `python -m runtime.train` when `cmd` is that command alone (under
     `uv run` or not); None when it is some other command."""
     try:
-        lexer = shlex.shlex(cmd, posix=True, punctuation_chars=True)
-        lexer.whitespace_split, lexer.commenters = True, "#"
-        words = list(lexer)
+        words = _words(cmd, posix=True)
+        # Quotes kept: a quoted `')'` is an argument, a bare `)` an operator.
+        if any(OPERATOR.match(word) for word in _words(cmd, posix=False)):
+            return None
     except ValueError:
         return None
     if words[:2] == ["uv", "run"]:
         words = words[2:]
     if len(words) < 3 or not PYTHON.match(words[0]) or words[1:3] != ["-m", MODULE]:
         return None
-    if any(OPERATOR.match(word) for word in words):
-        return None
     return words[3:]
+
+
+def _words(cmd: str, posix: bool) -> list[str]:
+    lexer = shlex.shlex(cmd, posix=posix, punctuation_chars=True)
+    lexer.whitespace_split, lexer.commenters = True, "#"
+    return list(lexer)
 
 
 def check_training(root: Path, jobs: Iterable[ResolvedJob]) -> TrainingReport:

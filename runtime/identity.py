@@ -70,6 +70,9 @@ class Annotation:
     RESERVATION_SECONDS: Final = f"{DOMAIN}/reservation-seconds"
     RESERVED_UNTIL: Final = f"{DOMAIN}/reserved-until"  # RFC 3339, UTC
     RESERVED_BY: Final = f"{DOMAIN}/reserved-by"  # `<ns>/<name>`; marks the taint as Warden's
+    # On a RayJob: JSON of its preflight gate's latest result (runtime.preflight.GateRecord),
+    # written by Warden (job pods hold no Kubernetes credentials) and read by `gkr status`.
+    PREFLIGHT: Final = f"{DOMAIN}/preflight"
 
 
 class Taint:
@@ -114,6 +117,13 @@ class Env:
     NODE: Final = "GKR_NODE"  # from the downward API
     POD_IP: Final = "GKR_POD_IP"  # from the downward API (status.podIP): where listeners bind
     PREFLIGHT: Final = "GKR_PREFLIGHT"  # the preflight's expectations, JSON
+    # A RayJob's head: the gate's settings (JSON of runtime.preflight.gate.GateConfig), and
+    # the job's cmd, which the gate runs (/bin/sh -c) once every pod passed.
+    PREFLIGHT_GATE: Final = "GKR_PREFLIGHT_GATE"
+    ENTRYPOINT: Final = "GKR_ENTRYPOINT"
+    # Set only by tests, in one "pod": `fail` makes its ranks fail after the rendezvous,
+    # `slow:S` makes each of their timed all-reduces wait S seconds first (a slow link).
+    PREFLIGHT_FAULT: Final = "GKR_PREFLIGHT_FAULT"
     DILOCO: Final = "GKR_DILOCO"  # a DiLoCo learner's or synchroniser's settings, JSON
     TEMPORAL_ADDRESS: Final = "GKR_TEMPORAL_ADDRESS"
     TEMPORAL_NAMESPACE: Final = "GKR_TEMPORAL_NAMESPACE"

@@ -179,6 +179,9 @@ def check_job_name(run: str) -> str:
 
 
 PREFLIGHT = ["python", "-m", "runtime.preflight"]  # the suite of seed §2.4, in the runtime image
+# A RayJob's entrypoint when its preflight gates it: the driver that checks every worker pod
+# (runtime.preflight.gate), then runs the job's cmd.
+PREFLIGHT_GATE = ["python", "-m", "runtime.preflight.gate"]
 
 
 class CheckSuite(BaseModel):

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from generator.cluster.target import Target
     from generator.resolve import ResolvedJob
     from runtime.kube import Kube, Obj
+    from runtime.preflight.result import GateRecord
 
 
 def _clusters(incomplete: str) -> list[str]:
@@ -100,15 +101,14 @@ def submit(
         help="Branch for --gitops (default: gkr/submit-TEAM-NAME); must not exist.")] = None,
     base: Annotated[str | None, typer.Option(
         help="Commit the --gitops branch starts from (default: HEAD).")] = None,
-    preflight: Annotated[bool, typer.Option(help="Wait for the pods and run the preflight."
-                                            )] = True,
-    teardown: Annotated[bool | None, typer.Option(
-        "--yes/--no", help="On a failed preflight, tear down without asking (--yes) or keep (--no)."
-    )] = None,
-    timeout: Annotated[int, typer.Option(help="Seconds to wait for the pods.")] = 1800,
+    wait: Annotated[bool, typer.Option(
+        "--wait", help="Watch a rayjob until the preflight it runs in the cluster has a result "
+        "(exit 5 if it failed); the job never depends on this.")] = False,
+    timeout: Annotated[int, typer.Option(help="Seconds --wait watches.")] = 1800,
     force: ForceOption = False,
 ) -> None:
-    """Submit a rayjob, raycluster or job (flags override -f values), by server-side apply."""
+    """Submit a rayjob, raycluster or job (flags override -f values), by server-side apply.
+    A rayjob's preflight runs in the cluster before its cmd (`gkr status` shows its result)."""
     from generator.catalog import Catalog
     from generator.cluster import SubmitRequest, prepare_all
     from generator.cluster import manifests as render_manifests
@@ -143,8 +143,7 @@ def submit(
                           f"{made.base[:10]}): push it and open a PR")
     else:
         for job, objects in zip(jobs, documents, strict=True):
-            _apply(root, job, objects, force=force, preflight=preflight, timeout=timeout,
-                   teardown=teardown)
+            _apply(root, job, objects, force=force, wait=wait, timeout=timeout)
 
 
 def _print_manifests(jobs: list[ResolvedJob], documents: list[list[Obj]]) -> None:
@@ -188,11 +187,13 @@ def _default_owner(root: Path) -> str:
     return email
 
 
-def _apply(root: Path, job: ResolvedJob, documents: list[Obj], *, force: bool, preflight: bool,
-           timeout: int, teardown: bool | None) -> None:
-    """Server-side apply, refused for a job Argo CD manages unless `force`; then preflight."""
+def _apply(root: Path, job: ResolvedJob, documents: list[Obj], *, force: bool, wait: bool,
+           timeout: int) -> None:
+    """Server-side apply, refused for a job Argo CD manages unless `force`; then, with
+    `wait`, watch the preflight's result."""
     from generator.cluster import apply_all
     from generator.cluster.argocd import refuse_if_managed
+    from generator.pods import gated
     from runtime.kube import Kube
 
     api = Kube.connect(job.cluster.kube_context)
@@ -204,39 +205,30 @@ def _apply(root: Path, job: ResolvedJob, documents: list[Obj], *, force: bool, p
         meta = obj["metadata"]
         out_console.print(f"applied {obj['kind']} {meta['namespace']}/{meta['name']} "
                           f"(resourceVersion {meta['resourceVersion']})")
-    if preflight:
-        _preflight_after_submit(api, job, timeout, teardown)
+    if gated(job):
+        out_console.print(f"the preflight runs in the cluster before the cmd; `gkr status "
+                          f"{job.name}` shows its result")
+    if wait and gated(job):
+        _wait_preflight(api, job, timeout)
 
 
-def _preflight_after_submit(api: Kube, job: ResolvedJob, timeout: int,
-                            teardown: bool | None) -> None:
-    """Seed §2.4: check the placed pods; on a fault offer to tear the job down."""
-    from generator.cluster import delete_job
-    from generator.cluster.kubectl import Kubectl
-    from generator.cluster.preflight import (
-        exec_preflight,
-        expected_pods,
-        pod_expectations,
-        wait_running,
-    )
+def _wait_preflight(api: Kube, job: ResolvedJob, timeout: int) -> None:
+    """Seed §2.4, watched from here: the gate's final result; a failure exits 5 (the job has
+    already acted on it by its own policy)."""
+    from generator.cluster.preflight import wait_preflight
     from generator.errors import CheckFailed
-    from runtime.identity import Label, Role
 
-    pods = wait_running(api, job.namespace, job.name, expected_pods(job), timeout,
-                        err_console.print)
-    kubectl = Kubectl(job.cluster.kube_context, job.namespace)
-    expect = pod_expectations(job)
-    results = [exec_preflight(kubectl, pod, expect) for pod in pods
-               if (pod["metadata"].get("labels") or {}).get(Label.ROLE) in (Role.WORKER, Role.JOB)]
-    try:
-        _report(results, Output.table)
-    except CheckFailed:
-        if teardown is None:
-            teardown = confirm(f"tear down {job.kind} {job.namespace}/{job.name}?")
-        if teardown:
-            delete_job(api, job.traits, job.name, job.namespace)
-            out_console.print(f"deleted {job.kind} {job.namespace}/{job.name}")
-        raise
+    record = wait_preflight(api, job, timeout, err_console.print)
+    out_console.print(f"preflight: {_preflight_line(record)}")
+    if not record.passed:
+        raise CheckFailed(f"preflight of {job.name} failed: {record.message}")
+
+
+def _preflight_line(record: GateRecord) -> str:
+    """One line of a GateRecord: verdict, attempt, what the job does, what was measured."""
+    verdict = "PASSED" if record.passed else "FAILED"
+    return (f"{verdict} (attempt {record.attempt}/{record.attempts}, {record.at}; "
+            f"next: {record.next}): {record.message}")
 
 
 @app.command("list")
@@ -263,7 +255,8 @@ def list_command(
 @app.command()
 def status(name: str, cluster: ClusterOption = None, namespace: NamespaceOption = None,
            output: OutputOption = Output.table) -> None:
-    """Phase, pods with their nodes, pending reasons from events, Kueue admission, age."""
+    """Phase, pods with their nodes, pending reasons from events, Kueue admission, age, and
+    the result of a rayjob's preflight."""
     from generator.cluster import job_status
 
     target = _target(name, cluster, namespace)
@@ -277,6 +270,10 @@ def status(name: str, cluster: ClusterOption = None, namespace: NamespaceOption 
     emit([p.model_dump() for p in report.pods], output, title="pods", empty="no pods yet")
     for reason in report.pending:
         out_console.print(f"  pending: {reason}")
+    if report.preflight is not None:
+        out_console.print(f"preflight: {_preflight_line(report.preflight)}")
+        for suspect in report.preflight.suspects:
+            out_console.print(f"  suspect: {suspect.node} (pod {suspect.pod}): {suspect.reason}")
 
 
 @app.command()

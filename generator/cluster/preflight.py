@@ -1,29 +1,24 @@
-"""The preflight from the generator's side: expectations rendered from the accelerator catalog,
-the `gkr check` Job on named nodes, and reading the pods' JSON results."""
+"""The preflight from the generator's side: the `gkr check` Job on named nodes and reading its
+JSON result, and `gkr submit --wait`, which watches the result of the gate a RayJob runs in
+the cluster before its cmd (the gate itself is rendered by generator.pods)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from generator.catalog import Catalog
-from generator.cluster.kubectl import Kubectl, main_container
+from generator.cluster.status import preflight_record
 from generator.errors import BadRequest, ToolFailed
 from generator.pods import node_checks
 from generator.resolve import ResolvedJob
-from runtime.identity import Annotation, Env, Label, selector
+from runtime.identity import Annotation, Label, selector
 from runtime.kube import JOB, POD, Kube, Obj
 from runtime.pods import PREFLIGHT, CheckSuite, check_job
-
-
-def pod_expectations(job: ResolvedJob) -> dict[str, Any]:
-    """What the preflight in a placed GPU pod checks: the GPUs it was given (a whole node unless
-    the job asked for fewer), the accelerator's transport variables, plugins and mounts."""
-    return job.gpu_host.expectations(gpus=job.gpus) if job.gpu_host else {"gpus": 0}
+from runtime.preflight.result import GateRecord
 
 
 def described_node(catalog: Catalog, name: str, accelerator: str) -> Obj:
@@ -124,21 +119,22 @@ def wait_running(api: Kube, namespace: str, job: str, expected: int, timeout_s: 
     return placed
 
 
-def expected_pods(job: ResolvedJob) -> int:
-    """Pods a placed job runs: its GPU pods, plus the Ray head (and sentinel) of Ray kinds."""
-    return job.spec.pods + job.traits.helper_pods
-
-
-def exec_preflight(kubectl: Kubectl, pod: Obj, expect: dict[str, Any]) -> dict[str, Any]:
-    """Run the suite inside a placed pod (kubectl exec) and read its JSON result."""
-    name = pod["metadata"]["name"]
-    expect = expect | {"node": pod["spec"].get("nodeName")}
-    command = ["env", f"{Env.PREFLIGHT}={json.dumps(expect)}", *PREFLIGHT]
-    argv = kubectl.exec_argv(name, command, main_container(pod))
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    result = parse_result(done.stdout.splitlines())
-    if result is None:
-        return {"node": pod["spec"].get("nodeName") or name, "passed": False, "figures": {},
-                "findings": [{"check": "preflight", "severity": "error",
-                              "message": f"no result from {name}: {done.stderr.strip()[-200:]}"}]}
-    return result
+def wait_preflight(api: Kube, job: ResolvedJob, timeout_s: int,
+                   progress: Callable[[str], None]) -> GateRecord:
+    """The gate's final result (its cmd runs, or the job tears down) once Warden records it
+    on the RayJob, each attempt said through `progress`; only watches: the job goes on
+    whether anyone waits or not."""
+    kind = api.kind(job.traits.api_version, job.traits.object_kind)
+    deadline, seen = time.monotonic() + timeout_s, None
+    while (left := deadline - time.monotonic()) > 0:
+        for _, obj in api.watch(kind, namespace=job.namespace, fields=f"metadata.name={job.name}",
+                                timeout_s=max(1, min(int(left), 60))):
+            record = preflight_record(obj)
+            if record is not None and record != seen:
+                seen = record
+                progress(f"{job.name}: preflight attempt {record.attempt}/{record.attempts}: "
+                         f"{'passed' if record.passed else 'FAILED'}, next {record.next}")
+            if record is not None and record.next != "retry":
+                return record
+    raise ToolFailed(f"{job.name}: no preflight result after {timeout_s} s; the job goes on, "
+                     f"see `gkr status {job.name}`")

@@ -9,11 +9,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from generator.kinds import KINDS
 from runtime.identity import Annotation, Label, selector
 from runtime.kube import POD, RAYCLUSTER, RAYJOB, WORKLOAD, Kind, Kube, NotFound, Obj
+from runtime.preflight.result import GateRecord
 
 MANAGED = "app.kubernetes.io/managed-by=gkr"
 
@@ -49,6 +50,7 @@ class JobStatus(_Row):
     admission: str
     pods: list[PodRow]
     pending: list[str]
+    preflight: GateRecord | None = None  # the gate's latest result (a RayJob's annotation)
 
 
 def created(obj: Obj) -> datetime | None:
@@ -124,6 +126,18 @@ def pending_reasons(events: list[Obj], names: set[str]) -> list[str]:
     return [f"{target}: {reason}: {message}" for (target, reason), message in seen.items()]
 
 
+def preflight_record(obj: Obj) -> GateRecord | None:
+    """The preflight result Warden recorded on a RayJob, if any; one that does not parse
+    (another tool wrote the annotation) counts as none."""
+    text = (obj.get("metadata", {}).get("annotations") or {}).get(Annotation.PREFLIGHT)
+    if not text:
+        return None
+    try:
+        return GateRecord.model_validate_json(text)
+    except ValidationError:
+        return None
+
+
 def job_status(api: Kube, namespace: str, name: str) -> JobStatus:
     """The status of a gkr job of any kind; NotFound when none has that name."""
     for kind in top_level(api):
@@ -145,6 +159,7 @@ def _status(api: Kube, kind: Kind, obj: Obj) -> JobStatus:
         name=name, kind=kind.kind, namespace=namespace, phase=phase(kind, obj),
         created=created(obj), admission=admission(workloads, name), pods=pods,
         pending=pending_reasons(events, {name} | {p.name for p in pods}),
+        preflight=preflight_record(obj),
     )
 
 

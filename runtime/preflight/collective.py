@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from runtime.preflight.allreduce import bus_bandwidth
 from runtime.preflight.config import PreflightConfig
 from runtime.preflight.result import Finding
 from runtime.procs import die_with_parent
@@ -42,8 +43,8 @@ def _all_reduce(world: int, device: torch.device, elements: int, rank: int) -> d
     dist.all_reduce(buffer)
     exact = bool(torch.all(buffer == world * (world + 1) / 2))
     seconds = _timed(lambda: dist.all_reduce(buffer))
-    algbw = buffer.numel() * 4 / seconds / 1e9
-    return {"all_reduce_exact": exact, "all_reduce_busbw": algbw * 2 * (world - 1) / world}
+    return {"all_reduce_exact": exact,
+            "all_reduce_busbw": bus_bandwidth(buffer.numel() * 4, seconds, world)}
 
 
 def _all_gather(world: int, device: torch.device, elements: int, rank: int) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from temporalio import activity
 from temporalio.client import Client
 
 from runtime.errors import ConfigError
+from runtime.identity import Annotation
 from runtime.kube import NotFound
 from runtime.telemetry.events import LogEvents
 from runtime.warden import memory
@@ -32,9 +33,11 @@ from runtime.warden.interfaces import (
 )
 from runtime.warden.keeper import ReservationKeeper
 from runtime.warden.model import (
+    PREFLIGHT_SIGNAL,
     CheckResult,
     CordonOutcome,
     PowerRequest,
+    PreflightReport,
     ReservationSweep,
     ShrinkOutcome,
     ShrinkRequest,
@@ -85,6 +88,7 @@ class WardenActivities:
             self.clear, self.cordon, self.cordon_memory, self.set_state, self.workloads,
             self.notify_owners, self.evict, self.await_no_workloads, self.power,
             self.await_boot, self.uncordon, self.shrink, self.keep_reservations,
+            self.preflight,
         ]
 
     @activity.defn(name="warden.detect_and_trigger")
@@ -295,6 +299,21 @@ class WardenActivities:
         if outcome.applied:
             self.cluster.patch_raycluster(request.namespace, request.cluster, patch)
         return outcome
+
+    @activity.defn(name="warden.preflight")
+    async def preflight(self, report: PreflightReport) -> list[str]:
+        """Record a job's preflight result on the workload (gone meanwhile: nothing to mark),
+        then start (or join) a suspect's node workflow for each node it blames: the node
+        check decides, as for any ambiguous signal."""
+        with suppress(NotFound):
+            await asyncio.to_thread(self.cluster.annotate, report.kind, report.namespace,
+                                    report.name, {Annotation.PREFLIGHT: report.record})
+        job = f"{report.namespace}/{report.name}"
+        await self._trigger_all([
+            (node, Trigger("suspect", f"preflight of {job}: {why}", "preflight",
+                           signals=(PREFLIGHT_SIGNAL,)))
+            for node, why in sorted(report.suspects.items())])
+        return sorted(report.suspects)
 
     @activity.defn(name="warden.keep_reservations")
     def keep_reservations(self) -> ReservationSweep:

@@ -14,6 +14,10 @@ TriggerKind = Literal["fault", "suspect", "recover"]
 NODE_WORKFLOW = "WardenNode"
 SHRINK_WORKFLOW = "WardenShrink"
 SWEEP_WORKFLOW = "WardenSweep"
+PREFLIGHT_WORKFLOW = "WardenPreflight"
+# The signal key of a node a job's preflight blamed: a node check that clears it holds off
+# the next such report for a while, like any suspect's (memory.held_off_until).
+PREFLIGHT_SIGNAL = "preflight"
 
 
 def node_workflow_id(node: str) -> str:
@@ -157,3 +161,16 @@ class ShrinkOutcome:
 
     replicas: int
     applied: bool
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    """One result of a job's preflight gate (runtime.preflight.gate), for Warden to record on
+    the workload and act on: job pods hold no Kubernetes credentials, Warden does."""
+
+    report_id: str  # one per run of the gate: a repeated report is applied once
+    namespace: str
+    kind: Literal["Job", "RayJob", "RayCluster"]
+    name: str
+    record: str  # the workload's preflight annotation (JSON of runtime.preflight.GateRecord)
+    suspects: dict[str, str] = field(default_factory=dict)  # node -> why the gate blames it

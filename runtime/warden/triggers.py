@@ -12,9 +12,11 @@ from temporalio.common import WorkflowIDConflictPolicy
 from runtime.warden.config import WardenConfig
 from runtime.warden.model import (
     NODE_WORKFLOW,
+    PREFLIGHT_WORKFLOW,
     SHRINK_WORKFLOW,
     NodeInput,
     NodePolicy,
+    PreflightReport,
     ShrinkOutcome,
     ShrinkRequest,
     Trigger,
@@ -67,3 +69,16 @@ async def request_shrink(
         result_type=ShrinkOutcome,
     )
     return await handle.result()
+
+
+async def report_preflight(client: Client, config: WardenConfig,
+                           report: PreflightReport) -> WorkflowHandle:
+    """Hand Warden a job's preflight result; the same report id is applied once. Not
+    awaited: the job goes on (runs, retries or ends) while Warden records and checks."""
+    return await client.start_workflow(
+        PREFLIGHT_WORKFLOW,
+        report,
+        id=f"warden-preflight-{report.report_id}",
+        task_queue=config.temporal.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )

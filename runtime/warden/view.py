@@ -1,6 +1,6 @@
 """Warden's public API: read its state for people (node workflows from Temporal; cordon memory
-and relaunch reservations from node annotations), and ask it to shrink a RayCluster (live
-fault tolerance, seed §7.2).
+and relaunch reservations from node annotations), ask it to shrink a RayCluster (live
+fault tolerance, seed §7.2), and hand it a job's preflight result (runtime.preflight.gate).
 
 Listing reads the phase from each workflow's memo, so it needs no worker; the incidents of a
 closed run are its results, and a running one answers the `incident` query.
@@ -21,10 +21,12 @@ from runtime.warden.interfaces import Cluster
 from runtime.warden.model import (
     NODE_WORKFLOW,
     Incident,
+    PreflightReport,
     ShrinkOutcome,
     ShrinkRequest,
     node_workflow_id,
 )
+from runtime.warden.triggers import report_preflight as start_report
 from runtime.warden.triggers import request_shrink as start_shrink
 
 MEMORY_KEYS = {
@@ -142,6 +144,16 @@ async def request_shrink(where: Where, request: ShrinkRequest,
     settings = TemporalSettings(address=where.address, namespace=where.namespace,
                                 task_queue=task_queue)
     return await start_shrink(await _connect(where), WardenConfig(temporal=settings), request)
+
+
+async def report_preflight(where: Where, report: PreflightReport,
+                           task_queue: str = "warden") -> None:
+    """Hand Warden a job's preflight result: it annotates the workload (what `gkr status`
+    shows) and starts a suspect's node workflow for each node blamed. Returns once Temporal
+    holds the report, without waiting for Warden to act on it."""
+    settings = TemporalSettings(address=where.address, namespace=where.namespace,
+                                task_queue=task_queue)
+    await start_report(await _connect(where), WardenConfig(temporal=settings), report)
 
 
 async def _connect(where: Where) -> Client:

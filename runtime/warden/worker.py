@@ -26,7 +26,12 @@ from runtime.warden.jobcheck import JobNodeCheck
 from runtime.warden.model import SWEEP_WORKFLOW, SweepPlan
 from runtime.warden.notify import WebhookNotifier, kube_notifiers
 from runtime.warden.prometheus import PrometheusTelemetry
-from runtime.warden.workflows import NodeWorkflow, ShrinkWorkflow, SweepWorkflow
+from runtime.warden.workflows import (
+    NodeWorkflow,
+    PreflightWorkflow,
+    ShrinkWorkflow,
+    SweepWorkflow,
+)
 
 
 def real_seams(config: WardenConfig, events: EventLog | None = None) -> Seams:
@@ -70,7 +75,7 @@ def build_worker(client: Client, config: WardenConfig, seams: Seams,
         return Worker(
             client,
             task_queue=config.temporal.task_queue,
-            workflows=[NodeWorkflow, SweepWorkflow, ShrinkWorkflow],
+            workflows=[NodeWorkflow, SweepWorkflow, ShrinkWorkflow, PreflightWorkflow],
             # The sandbox still refuses non-deterministic calls, but imports no module anew
             # for each workflow run: Warden's workflow modules hold no state, and the
             # re-imports made a node workflow's first task several times dearer (62 node

@@ -1,4 +1,5 @@
-"""Warden's workflows: one per node, the periodic sweeps, and RayCluster shrinks.
+"""Warden's workflows: one per node, the periodic sweeps, RayCluster shrinks, and jobs'
+preflight reports.
 
 Workflow code is deterministic: it only decides and waits; activities do every side effect.
 Temporal stores each step's result, so a restarted worker resumes after the last completed
@@ -20,6 +21,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from runtime.warden.model import (
         NODE_WORKFLOW,
+        PREFLIGHT_WORKFLOW,
         SHRINK_WORKFLOW,
         SWEEP_WORKFLOW,
         CheckResult,
@@ -27,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         Incident,
         NodeInput,
         PowerRequest,
+        PreflightReport,
         ShrinkOutcome,
         ShrinkRequest,
         Step,
@@ -260,3 +263,17 @@ class ShrinkWorkflow:
                 maximum_interval=timedelta(seconds=30), non_retryable_error_types=["ConfigError"]
             ),
         )
+
+
+@workflow.defn(name=PREFLIGHT_WORKFLOW)
+class PreflightWorkflow:
+    """Act on one preflight report (its workflow id is derived from the report id): record it
+    on the workload, and start or join the node workflow of every node it blames."""
+
+    @workflow.run
+    async def run(self, report: PreflightReport) -> list[str]:
+        """The nodes reported as suspects."""
+        result: list[str] = await workflow.execute_activity(
+            "warden.preflight", report, result_type=list[str],
+            start_to_close_timeout=timedelta(seconds=60), retry_policy=_SHORT_RETRY)
+        return result

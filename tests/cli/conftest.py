@@ -23,7 +23,7 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 NS = "team-llm"
 SUBMIT = ["submit", "train-a", "rayjob", "--cluster", "usc1-prod", "--namespace", NS,
           "--owner", "tester@reve.ai", "--pods", "2", "--gpus", "8", "--accelerator", "H200",
-          "--image", "trainer", "--cmd", "python -m runtime.train cfg.yaml", "--no-preflight"]
+          "--image", "trainer", "--cmd", "python -m runtime.train cfg.yaml"]
 
 
 @dataclass(frozen=True)

@@ -10,19 +10,19 @@ COMMITTED = "jobs/llm/llm-pretrain-7b.yaml"  # rendered in kustomize/overlays/us
 
 
 def test_submit_of_a_committed_spec_is_refused_without_force(repo, apiserver) -> None:
-    refused = gkr("submit", "-f", COMMITTED, "--no-preflight")
+    refused = gkr("submit", "-f", COMMITTED)
     assert refused.code == 1 and "managed by Argo CD" in refused.err
     assert "kustomize/overlays/usc1-prod/jobs/team-llm/llm-pretrain-7b.yaml" in refused.err
     assert "pull request" in refused.err and "--force" in refused.err
     assert apiserver.get("ray.io", "rayjobs", NS, "llm-pretrain-7b") is None
-    forced = gkr("submit", "-f", COMMITTED, "--no-preflight", "--force")
+    forced = gkr("submit", "-f", COMMITTED, "--force")
     assert forced.code == 0, forced.err
     assert apiserver.get("ray.io", "rayjobs", NS, "llm-pretrain-7b") is not None
     assert gkr("submit", "-f", COMMITTED, "--dry-run").code == 0  # changes nothing
 
 
 def test_delete_of_a_committed_job_is_refused_without_force(repo, apiserver) -> None:
-    gkr("submit", "-f", COMMITTED, "--no-preflight", "--force")
+    gkr("submit", "-f", COMMITTED, "--force")
     refused = gkr("delete", "llm-pretrain-7b")
     assert refused.code == 1 and "managed by Argo CD" in refused.err
     assert "delete jobs/<team>/llm-pretrain-7b.yaml in a pull request" in refused.err

@@ -1,5 +1,5 @@
 """Exit codes exactly as the README's table: a declined or closed prompt is 130, a usage
-error 2, a preflight that times out 4."""
+error 2, a `submit --wait` that sees no preflight result in time 4."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_the_readme_documents_every_code_gkr_uses() -> None:
 @pytest.mark.parametrize("answer", ["n\n", ""], ids=["declined", "end-of-input"])
 def test_a_declined_or_closed_prompt_exits_130(repo, apiserver, answer) -> None:
     made = gkr("submit", "-f", "jobs/llm/llm-dev.yaml", "--cluster", "usc1-prod",
-               "--accelerator", "H200", "--no-preflight")
+               "--accelerator", "H200")
     assert made.code == 0, made.err
     shown = gkr("delete", "llm-dev", "--cluster", "usc1-prod", "-n", NS, "--raycluster",
                 stdin=answer)
@@ -41,7 +41,7 @@ def test_usage_errors_exit_2(repo) -> None:
         assert gkr(*args).code == 2, args
 
 
-def test_a_preflight_that_times_out_exits_4(repo, apiserver) -> None:
-    args = [a for a in SUBMIT if a != "--no-preflight"]
-    shown = gkr(*args, "--timeout", "1")  # no kubelet: the pods never run
-    assert shown.code == 4 and "pods not running after 1 s" in shown.err
+def test_a_preflight_wait_that_times_out_exits_4(repo, apiserver) -> None:
+    shown = gkr(*SUBMIT, "--wait", "--timeout", "1")  # no KubeRay, no Warden: no result
+    assert shown.code == 4 and "no preflight result after 1 s" in shown.err, shown.err
+    assert apiserver.get("ray.io", "rayjobs", NS, "train-a") is not None  # the job goes on

@@ -17,7 +17,10 @@ from generator.cli import app
 from generator.cluster.kubectl import Kubectl, select_pod
 from generator.errors import GkrError
 from runtime.errors import RuntimeFailure
-from runtime.kube import Conflict, Kube
+from runtime.identity import Annotation
+from runtime.kube import RAYJOB, Conflict, Kube
+from runtime.preflight.result import GateRecord, Next, Suspect
+from testing.wait import wait_until
 from tests.cluster.conftest import CONTEXT
 
 runner = CliRunner()
@@ -25,7 +28,7 @@ NS = "team-llm"
 SUBMIT = ["submit", "train-a", "rayjob", "--cluster", "usc1-prod", "--namespace", NS,
           "--pods", "2", "--gpus", "8", "--cpus", "80", "--memory", "512Gi",
           "--accelerators", "H200", "--docker-image", "trainer", "--preemptible",
-          "--cmd", "python -m runtime.train cfg.yaml", "--no-preflight"]
+          "--cmd", "python -m runtime.train cfg.yaml"]
 
 
 class Outcome:
@@ -147,7 +150,7 @@ def test_list_status_logs_and_delete(repo, apiserver):
 
 def test_raycluster_delete_needs_explicit_request(repo, apiserver):
     gkr("submit", "-f", "jobs/llm/llm-dev.yaml", "--cluster", "usc1-prod", "--accelerators",
-        "H200", "--no-preflight")
+        "H200")
     assert apiserver.get("apps", "deployments", NS, "llm-dev-sentinel") is not None
     refused = gkr("delete", "llm-dev", "--cluster", "usc1-prod", "-n", NS)
     assert refused.exit_code == 1 and apiserver.get("ray.io", "rayclusters", NS, "llm-dev")
@@ -199,7 +202,7 @@ def test_kubectl_argv_and_pod_selection():
 
 
 def test_submit_waits_for_the_placed_pods(repo, apiserver):
-    """The wait of `gkr submit --preflight` (the exec that follows needs a real cluster)."""
+    """The wait for placed pods (`gkr shell` waits so for a new development pod)."""
     from generator.cluster.preflight import wait_running
 
     gkr(*SUBMIT)
@@ -249,3 +252,45 @@ def test_preflight_expects_the_gpus_the_pod_was_given(repo):
     host = Catalog(repo).accelerators["H200"].host
     assert host.expectations(gpus=1)["gpus"] == 1
     assert host.expectations(node="n1") | {"node": "n1", "gpus": 8} == host.expectations(node="n1")
+
+
+def gate_record(attempt: int, next_step: Next, passed: bool = False) -> GateRecord:
+    suspects = [] if passed else [Suspect(node="gpu-7", pod="train-a-workers-x",
+                                          reason="all-reduce: injected fault")]
+    return GateRecord(passed=passed, attempt=attempt, attempts=2, at="2026-01-01T00:00:00Z",
+                      pods=2, backend="nccl", busbw_gbps=None, min_busbw_gbps=160.0,
+                      suspects=suspects, next=next_step,
+                      message="all-reduce over 2 pods (16 ranks, nccl): no bandwidth")
+
+
+def annotate_preflight(record: GateRecord) -> None:
+    """What Warden's preflight activity writes on the RayJob: a merge patch of the annotation
+    (runtime.warden.cluster.KubeCluster.annotate)."""
+    note = {"metadata": {"annotations": {Annotation.PREFLIGHT: record.model_dump_json()}}}
+    Kube.connect(CONTEXT).patch(RAYJOB, "train-a", note, namespace=NS)
+
+
+def test_status_shows_the_preflight_result(repo, apiserver):
+    assert gkr(*SUBMIT).exit_code == 0
+    scope = ["--cluster", "usc1-prod", "-n", NS]
+    assert "preflight:" not in gkr("status", "train-a", *scope).output
+    annotate_preflight(gate_record(2, "teardown"))
+    table = gkr("status", "train-a", *scope).output
+    assert "preflight: FAILED (attempt 2/2, 2026-01-01T00:00:00Z; next: teardown)" in table
+    assert "suspect: gpu-7 (pod train-a-workers-x): all-reduce: injected fault" in table
+    (report,) = json.loads(gkr("status", "train-a", *scope, "-o", "json").output)
+    assert report["preflight"]["suspects"][0]["node"] == "gpu-7"
+
+
+def test_submit_wait_only_watches_the_preflight_and_exits_5_on_failure(repo, apiserver):
+    def warden():  # the gate's two results, as Warden records them
+        wait_until(lambda: apiserver.get("ray.io", "rayjobs", NS, "train-a"), 60, "the RayJob")
+        annotate_preflight(gate_record(1, "retry"))
+        annotate_preflight(gate_record(2, "teardown"))
+
+    threading.Thread(target=warden, daemon=True).start()
+    done = gkr(*SUBMIT, "--wait", "--timeout", "60")
+    assert done.exit_code == 5, done.output + done.error
+    assert "preflight of train-a failed" in done.error
+    assert "preflight: FAILED (attempt 2/2" in done.output
+    assert apiserver.get("ray.io", "rayjobs", NS, "train-a") is not None  # gkr deletes nothing

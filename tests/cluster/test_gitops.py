@@ -94,6 +94,9 @@ def test_commit_holds_the_job_alone_and_passes_render_check(repo, apiserver, env
     catalog = Catalog(clone)
     assert validate_tree(render_tree(clone, catalog), catalog, kustomize=True) > 0
     assert not apiserver.requests
+    # What Argo CD will sync is gated like a direct submit: the driver runs the preflight.
+    (rayjob, _policy) = yaml.safe_load_all((clone / OUTPUT).read_text())
+    assert rayjob["spec"]["entrypoint"] == "python -m runtime.preflight.gate"
 
 
 def test_uncommitted_edit_survives_a_failing_and_a_succeeding_submit(repo, env, tmp_path,
@@ -205,8 +208,7 @@ def spec_draft(repo: Path, name: str) -> Path:
 
 def test_spec_file_env_file_travels_with_it(repo, tmp_path):
     spec = spec_draft(repo, "train-b")
-    result = gkr("submit", "-f", str(spec), "--namespace", "team-llm", "--gitops",
-                 "--no-preflight")
+    result = gkr("submit", "-f", str(spec), "--namespace", "team-llm", "--gitops")
     assert result.exit_code == 0, result.output
     changed = branch_files(repo, "gkr/submit-llm-train-b")
     assert {"jobs/llm/train-b.yaml", "jobs/llm/env/train-b.yaml"} <= changed

@@ -20,6 +20,7 @@ from generator.output import write_tree
 from generator.render import render_tree
 from generator.validate import validate_repository, validate_specs
 from generator.yamlio import MAX_BYTES, load_document
+from runtime.identity import Env
 
 GKR = str(Path(sys.executable).with_name("gkr"))
 JOB_FILE = "kustomize/overlays/all-accelerators/jobs/team-ml/{}.yaml"
@@ -296,6 +297,12 @@ CATALOG_MISTAKES = [
      "accelerators.H100.gpus_per_node", "a3-highgpu-8g has 8 GPUs", "gpus_per_node: 4"),
     (ACCELERATORS, "machine_type: a3-highgpu-8g", "machine_type: a3-bespoke-8g",
      "accelerators.H100.machine_type", "not a GPU machine type", "a3-bespoke"),
+    # The preflight's bus-bandwidth threshold: positive, and never left out.
+    (ACCELERATORS, "preflight: {min_busbw_gbps: 40,", "preflight: {min_busbw_gbps: -40,",
+     "accelerators.H100.preflight.min_busbw_gbps", "greater than 0", "min_busbw_gbps: -40"),
+    (ACCELERATORS, "preflight: {min_busbw_gbps: 40, message_mib: 256}",
+     "preflight: {message_mib: 256}", "accelerators.H100.preflight.min_busbw_gbps",
+     "required field is missing", "preflight: {message_mib: 256}"),
 ]
 
 
@@ -320,22 +327,33 @@ def test_catalog_contradictions_name_file_line_and_field(
     assert problems[0].file == file and problems[0].line == line_of(text, marker)
 
 
+def head_env(rayjob: dict) -> dict[str, str]:
+    """The literal variables of a RayJob's head container, as its processes see them: the
+    kubelet reduces `$$` to `$` (generator.pods.literal_env)."""
+    head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    return {e["name"]: e["value"].replace("$$", "$") for e in head["containers"][0]["env"]
+            if "value" in e}
+
+
 def test_one_meaning_of_cmd_a_shell_command_line_for_every_kind(repo, spec) -> None:
-    cmd = 'python train.py --name "run one" | tee log && echo "$GKR_JOB"'
+    cmd = 'python train.py --name "run one" | tee log.$$ && echo "$GKR_JOB" $(GKR_JOB)'
     repo.write_spec("as-job", spec(kind="job", pods=1, cmd=cmd))
     repo.write_spec("as-rayjob", spec(cmd=cmd))
     tree = render_tree(repo.root, use_cache=False)
     job, _policy = tree.manifests[JOB_FILE.format("as-job")]
     rayjob, _policy = tree.manifests[JOB_FILE.format("as-rayjob")]
     assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["/bin/sh", "-c", cmd]
-    assert rayjob["spec"]["entrypoint"] == cmd  # Ray runs an entrypoint in a shell too
+    # The RayJob's entrypoint is the preflight gate, which runs cmd with /bin/sh -c as Ray
+    # runs an entrypoint (runtime.preflight.gate).
+    assert rayjob["spec"]["entrypoint"] == "python -m runtime.preflight.gate"
+    assert head_env(rayjob)[Env.ENTRYPOINT] == cmd
 
 
 @pytest.mark.parametrize("cmd", ["@gkr-embed-0@", "!embed 0", "!embed 1", '"!embed 0"'])
 def test_user_text_never_collides_with_embedded_documents(repo, spec, cmd) -> None:
     repo.write_spec("embedded", spec(cmd=cmd, env={"X": cmd}, labels={"tag": "embed-0"}))
     rayjob, _policy = render_tree(repo.root, use_cache=False).manifests[JOB_FILE.format("embedded")]
-    assert rayjob["spec"]["entrypoint"] == cmd
+    assert head_env(rayjob)[Env.ENTRYPOINT] == cmd
     worker = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
     assert {"name": "X", "value": cmd} in worker["containers"][0]["env"]
 

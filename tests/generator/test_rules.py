@@ -48,6 +48,13 @@ MISTAKES = [
     ({"env_file": "/etc/gkr-secrets.yaml"}, "env_file", "relative to the spec file"),
     ({"env_file": "../../../outside.yaml"}, "env_file", "outside the repository"),
     ({"cmd": "   "}, "cmd", "an empty command"),
+    # The preflight's policy (runtime.preflight.gate), and where it means nothing.
+    ({"preflight": {"on_failure": "sometimes"}}, "preflight.on_failure", "'retry' or 'teardown'"),
+    ({"preflight": {"attempts": 0}}, "preflight.attempts", "greater than or equal to 1"),
+    ({"preflight": {"replacement_timeout": "soon"}}, "preflight.replacement_timeout",
+     "not a duration"),
+    ({"preflight": {"retries": 2}}, "preflight.retries", "unknown field; allowed: attempts"),
+    ({"kind": "job", "preflight": {"on_failure": "retry"}}, "preflight", "only a rayjob is gated"),
     ({"cmd": "python -c 'print(1)"}, "cmd", "no closing quotation"),
     ({"kind": "job", "cmd": "echo \"unbalanced"}, "cmd", "not a valid shell command line"),
     ({"kind": "raycluster", "cmd": "python x.py"}, "cmd", "runs no command"),

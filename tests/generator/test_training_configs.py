@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from generator.catalog import Catalog
@@ -209,6 +209,7 @@ def tiny_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ResolvedJo
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(junk=st.lists(overrides(), min_size=1, max_size=3))
+@example(junk=[")"])  # quoted by shlex.join: an argument, not the shell's operator
 def test_any_override_is_a_located_problem_or_valid(
         tiny_job: tuple[Path, ResolvedJob], junk: list[str]) -> None:
     root, job = tiny_job
