@@ -17,6 +17,13 @@ from testing.ray import shared_ray, stop_shared_ray
 from testing.temporal import Loop, temporal_binary
 from testing.warden import CheckJobs, FakeGcp, FakePrometheus
 
+# Ray starts its workers at nice 15 (ray_config_def.h `worker_niceness`; its job manager sets
+# RAY_worker_niceness=0 for its own supervisor, dashboard/modules/job/job_manager.py): on a
+# machine loaded by other work (CI's CPU burners), the ranks, producers and actors of every
+# test then crawl, and torchft's heartbeats go stale. The tests' Rays, in process and in the
+# `gkr` processes they start, run their workers at the tests' own priority.
+os.environ.setdefault("RAY_worker_niceness", "0")
+
 # Seconds each module took in a recorded run (tools/test-durations.py writes it).
 DURATIONS = Path(__file__).with_name("durations.json")
 

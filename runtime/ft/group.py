@@ -240,7 +240,7 @@ class ReplicaGroup:
         self.index, self.rank = index, train.get_world_rank()
         self.size = train.get_world_size()
         self.quorum, self.healed, self.seen = Quorum(), False, -1
-        self.start, self.trained = Origin("fresh", 0), False  # `trained`: a step committed
+        self.start = Origin("fresh", 0)
         self.board = ray.get_actor(board_name(run_id))
         self.board.register.remote(self.index, self.rank, Identity.from_env().pod)
         store, address = _group_store(self.rank)
@@ -357,7 +357,7 @@ class ReplicaGroup:
             if ray.get(self.board.over.remote()):
                 raise RunOver
         step = self.manager.current_step()
-        if self.healed and not self.trained:  # its weights are the peer's from here on
+        if self.healed:  # its weights are the peer's from here on: a new lineage
             self.start = Origin("heal", step)
         if self.healed and self.controller is not None:
             self.controller.notify(f"replica group {self.index} healed from a live peer at "
@@ -381,12 +381,13 @@ class ReplicaGroup:
             self.loader.discard()
             return None
         self.loader.commit()
-        self.trained = True
         return int(step)
 
     def origin(self) -> Origin:
-        """"heal" when the group healed from a live peer before its first committed step;
-        else the checkpoint it resumed from, or fresh."""
+        """"heal" and its step once the group healed from a live peer (again after training
+        alone: under load a restarted group can form a quorum of its own and commit a few
+        steps before the live groups come back and it heals from them); else the checkpoint
+        it resumed from, or fresh."""
         return self.start
 
     def leads(self) -> bool:

@@ -66,6 +66,7 @@ class LedgerWriter:
                  resumed_from: int, *, started: int | None = None) -> None:
         """`started`: time.time_ns() when this incarnation started training (default now)."""
         self.started = time.time_ns() if started is None else started
+        self.origin = (origin, resumed_from)
         self.path = folder / run_id / f"{self.started}-g{group}-r{rank}-{os.getpid()}.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # The keys every line repeats, serialized once: the line is their JSON plus the step's.

@@ -51,6 +51,7 @@ class Entries:
     step: Array
     group: Array
     rank: Array
+    pid: Array  # the writer's process: its incarnations follow one another
     slot: Array
     slots: Array
     start: Array
@@ -70,7 +71,7 @@ class Entries:
         runs: dict[str, int] = {}
         for number, row in enumerate(rows):
             micro = len(row["starts"])
-            for name in ("step", "group", "rank", "slot", "slots", "count", "batch_count",
+            for name in ("step", "group", "rank", "pid", "slot", "slots", "count", "batch_count",
                          "epoch_size", "started", "resumed_from", "at"):
                 columns[name] += [row[name]] * micro
             columns["row"] += [number] * micro
@@ -218,7 +219,8 @@ def _compact(values: Sequence[int]) -> str:
 def judge(entries: Entries, truncated: Sequence[str] = ()) -> Verdict:
     """The verdict over a run's ledger entries (rules in the module docstring)."""
     entries = entries.take(np.argsort(entries.row, kind="stable"))  # a row's entries together
-    superseded = _superseded(entries) | _lost_with_their_group(entries)
+    abandoned = _abandoned(entries)
+    superseded = abandoned | _superseded(entries, abandoned) | _lost_with_their_group(entries)
     kept = entries.take(~superseded)
     rows = len(np.unique(entries.row))
     superseded_rows = rows - len(np.unique(kept.row))
@@ -252,12 +254,35 @@ def _distinct(*keys: Array) -> tuple[Array, Array]:
     return order[starts], np.diff(np.r_[starts, len(order)])
 
 
-def _superseded(entries: Entries) -> npt.NDArray[np.bool_]:
+def _abandoned(entries: Entries) -> npt.NDArray[np.bool_]:
+    """Rule 1's split brain: a replica group restarted (fresh or from a checkpoint) while
+    another group was still training (its rows go on past the restart) may form a quorum of
+    its own and commit steps alone, until the live groups are back and it heals from them
+    (a later heal incarnation of its process). Its lineage is lost: its rows are rolled
+    back, and its restart rolls back no one's."""
+    out = np.zeros(len(entries), dtype=bool)
+    restarts = np.isin(entries.origin, RESTARTS)
+    for run, pid, group, rank, started in set(zip(
+            *(getattr(entries, name)[restarts].tolist()
+              for name in ("run", "pid", "group", "rank", "started")), strict=True)):
+        process = (entries.run == run) & (entries.pid == pid) & (entries.group == group) \
+            & (entries.rank == rank)
+        healed_later = np.any(process & (entries.origin == ORIGINS.index("heal"))
+                              & (entries.started > started))
+        others = (entries.run == run) & ~process & (entries.started < started)
+        alive_across = np.any(others & (entries.at > started / 1e9))
+        if healed_later and alive_across:
+            out |= process & (entries.started == started)
+    return out
+
+
+def _superseded(entries: Entries, abandoned: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
     """Rule 1: for each step an incarnation resumed from, the latest such start; an entry
     written before it and past that step was rolled back. A checkpoint continues whichever
     run wrote it (a new run may resume another's), but a fresh start begins only its own
-    run's lineage: another DiLoCo learner's rows go on."""
-    restart = np.isin(entries.origin, RESTARTS)
+    run's lineage: another DiLoCo learner's rows go on. An abandoned restart (a split
+    brain's, `_abandoned`) rolls back nothing."""
+    restart = np.isin(entries.origin, RESTARTS) & ~abandoned
     fresh = entries.origin == ORIGINS.index("fresh")
     scope = np.where(fresh, entries.run, -1)  # -1: every run
     out = np.zeros(len(entries), dtype=bool)

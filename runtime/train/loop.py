@@ -194,9 +194,11 @@ def _train(
 
 
 class RankLedger:
-    """This rank incarnation's sample ledger (runtime.telemetry.ledger), or nothing when off.
-    The file opens at the first committed step: only then is the replica's origin final (a
-    torchft group heals from a peer before it); `started` is when training started."""
+    """This rank's sample ledger (runtime.telemetry.ledger), or nothing when off: a file per
+    lineage. The first opens at the first committed step: only then is the replica's origin
+    known (a torchft group heals from a peer before it), `started` when training started. A
+    group that heals after it trained takes its peer's lineage: a new file, started then,
+    so that the verdict drops the steps it trained alone."""
 
     def __init__(self, context: LoopContext, replica: Replica, rank: int) -> None:
         self.context, self.replica, self.rank = context, replica, rank
@@ -207,8 +209,11 @@ class RankLedger:
         """A committed step's spans (none when no batch was taken)."""
         if self.context.ledger is None or not spans:
             return
+        origin = self.replica.origin()
+        if self.writer is not None and self.writer.origin != (origin.kind, origin.step):
+            self.writer.close()
+            self.writer, self.started = None, time.time_ns()
         if self.writer is None:
-            origin = self.replica.origin()
             self.writer = LedgerWriter(on_this_node(self.context.ledger), self.context.run_id,
                                        ledger_group(self.context), self.rank, origin.kind,
                                        origin.step, started=self.started)

@@ -9,20 +9,25 @@ loader's producers."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
 from runtime.data.schedule import Span
+from runtime.ft.origin import Origin
+from runtime.ft.replica import Replica
 from runtime.run.config import TrainConfig
 from runtime.telemetry.ledger import LEDGER_DIR, LedgerWriter, ledger_folder, on_this_node
 from runtime.telemetry.ledger_verdict import Entries, Verdict, judge
 from runtime.train.driver import run_training
+from runtime.train.loop import LoopContext, RankLedger
 from testing.ft import config, ledger
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +62,30 @@ def test_a_line_written_survives_a_sigkill_of_its_writer(tmp_path: Path) -> None
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, check=False)
     assert done.returncode == -signal.SIGKILL
     assert [row["step"] for row in ledger(tmp_path)] == [1]
+
+
+def test_a_group_that_heals_after_it_trained_starts_a_new_file(tmp_path: Path) -> None:
+    """A replica group that trained and then healed from a live peer took the peer's
+    lineage: its steps from there go in a file of their own (origin heal), which the verdict
+    needs to tell a split brain's lone steps from the model's (tests/ledger/test_verdict.py)."""
+    replica = SimpleNamespace(index=1, origin=lambda: Origin("fresh", 0))
+    context = SimpleNamespace(ledger=tmp_path, run_id="run-a", replica=replica)
+    ranks = RankLedger(cast(LoopContext, context), cast(Replica, replica), 0)
+    ranks.record(1, [_span(0, 0)])
+    ranks.record(2, [_span(0, 8)])
+    replica.origin = lambda: Origin("heal", 9)  # healed from a peer at step 9
+    ranks.record(10, [_span(0, 72)])
+    ranks.close()
+    files = sorted((tmp_path / "run-a").iterdir())
+    assert len(files) == 2
+    first, second = (ledger_lines(path) for path in files)
+    assert [(r["origin"], r["resumed_from"], r["step"]) for r in first + second] == [
+        ("fresh", 0, 1), ("fresh", 0, 2), ("heal", 9, 10)]
+    assert second[0]["started"] > first[0]["started"]
+
+
+def ledger_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_the_folder_is_the_pods_else_beside_a_local_store(tmp_path: Path) -> None:

@@ -52,8 +52,10 @@ class Run:
     pos: int = 0  # the next global batch starts here (before the roll-over rule)
     step: int = 0
     after: dict[int, int] = field(default_factory=lambda: {0: 0})  # step -> pos after it
-    started: dict[int, tuple[int, str, int]] = field(default_factory=dict)  # group -> incarn.
+    started: dict[int, tuple[int, str, int, int]] = field(default_factory=dict)  # group ->
+    # its incarnation: started, origin, resumed_from, and the process (a new one each)
     rolled_back: set[int] = field(default_factory=set)  # rows (by index) a restart undid
+    processes: int = 0  # incarnations so far
     layout: Layout | None = None  # the last one trained with
 
     @property
@@ -67,9 +69,13 @@ class Run:
         self.pos = epoch * self.epoch_size + offset + size
         return epoch * self.epoch_size + offset
 
-    def incarnate(self, group: int, origin: str, resumed_from: int) -> None:
+    def incarnate(self, group: int, origin: str, resumed_from: int, pid: int | None = None
+                  ) -> None:
+        """`pid`: the process, when it is not a new one (a group healing after it trained)."""
         self.t += 0.5
-        self.started[group] = (int(self.t * 1e9), origin, resumed_from)
+        self.processes += 1
+        self.started[group] = (int(self.t * 1e9), origin, resumed_from,
+                               pid or self.processes * 100)  # + its rank in the group
 
     def train(self, steps: int, layout: Layout) -> None:
         self.layout = layout
@@ -88,12 +94,12 @@ class Run:
 
     def row(self, layout: Layout, batches: list[int], slot: int, group: int,
             local: int) -> dict[str, Any]:
-        started, origin, resumed_from = self.started[group]
+        started, origin, resumed_from, pid = self.started[group]
         rank = (max(group, 0) * layout.slots_per_group + slot % layout.slots_per_group) \
             * layout.tp + local
         return {"run_id": "run-1", "started": started, "origin": origin,
                 "resumed_from": resumed_from, "step": self.step, "group": group, "rank": rank,
-                "pid": 1000 + rank, "at": self.t + rank / 1e4, "slot": slot,
+                "pid": pid + rank, "at": self.t + rank / 1e4, "slot": slot,
                 "slots": layout.slots, "epoch_size": self.epoch_size,
                 "starts": [b + slot * layout.bs for b in batches], "count": layout.bs,
                 "batch_starts": batches, "batch_count": layout.slots * layout.bs}
@@ -198,6 +204,35 @@ def test_a_commit_lost_with_its_group_is_superseded_not_trained_twice(
     assert found.exactly_once, found.explain()
     assert found.superseded_rows == run.superseded == 1
     assert found.reached_step == before - 1 + after
+
+
+def test_a_restarted_group_that_trained_alone_then_healed_is_rolled_back() -> None:
+    """A split brain (seen under load in tests/runtime_ft/test_ft_chaos.py): group 1 dies,
+    Ray Train restarts it fresh while group 0 trains on, and under load (group 0's
+    heartbeats late) it forms a quorum of its own and commits two steps of its own lineage
+    before group 0 is back; then it heals from group 0. Group 0's lineage is the model's:
+    exactly once, group 1's lone steps superseded, and its restart rolls back nothing."""
+    two, one = Layout((0, 1), 1, 1, 2, 1), Layout((0,), 1, 1, 2, 1)
+    run = Run(epoch_size=10**6)
+    run.train(5, two)
+    run.leave({1})
+    run.train(2, one)
+    restarted = run.t + 0.1  # group 1's new process starts training, group 0 trains on
+    run.train(3, one)
+    alone = [{**run.rows[0], "started": int(restarted * 1e9), "origin": "fresh",
+              "resumed_from": 0, "step": step, "group": 1, "rank": 1, "pid": 4242,
+              "at": restarted + 0.2 * step, "slot": 0, "slots": 1, "starts": [2 * (step - 1)],
+              "count": 2, "batch_starts": [2 * (step - 1)], "batch_count": 2}
+             for step in (1, 2)]
+    run.incarnate(1, "heal", run.step, pid=4242 - 1)  # the same process (pid: +rank)
+    run.train(4, two)
+    found = verdict(run.rows + alone)
+    assert found.exactly_once, found.explain()
+    assert found.reached_step == run.step and found.superseded_rows == len(alone)
+    # Without the later heal it is a real restart: what group 0 trained before it is undone.
+    fresh_start = verdict([r for r in run.rows if r["pid"] != 4242] + alone)
+    assert fresh_start.superseded_rows > len(alone)
+
 
 
 @FAST
@@ -306,7 +341,7 @@ def test_a_million_rows_are_judged_in_numpy_not_per_sample() -> None:
     entries = Entries.from_columns({
         "row": np.arange(steps * ranks), "run": np.zeros_like(step), "step": step,
         "group": np.full_like(step, -1),
-        "rank": rank, "slot": rank, "slots": np.full_like(step, ranks),
+        "rank": rank, "pid": rank, "slot": rank, "slots": np.full_like(step, ranks),
         "start": batch + rank * bs, "count": np.full_like(step, bs), "batch_start": batch,
         "batch_count": np.full_like(step, ranks * bs), "epoch_size": np.full_like(step, 10**9),
         "started": np.full_like(step, int(T0 * 1e9)), "resumed_from": np.zeros_like(step),

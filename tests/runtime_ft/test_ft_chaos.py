@@ -11,6 +11,13 @@ widens that window (its wait falls between the vote and the record) so that seed
 land in it. When every group is down at once, the next starts fresh: the verdict's lineage
 rule rolls back what the dead groups had trained. Anything else (a gap, an overlap, ranks
 that disagree on a step's place) is a real loss or duplicate.
+
+With one group enough for a quorum, a live group whose heartbeats go stale (a starved
+process) is taken for dead, and groups that train apart at the same step then meet without
+healing: their replicas differ and the ledger reports the duplicated samples (it caught
+this under load with 1 s heartbeats at startup, when three groups each trained steps 1
+and 2 alone). The heartbeat timeout here is generous for that reason; a real run's
+default is 5 s (runtime/configs/gkr_defaults.yaml).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ def _run(folder: Path, seed: int, wait_s: float) -> list[str]:
                  optim={"_target_": "testing.ft.SlowStepAdam", "lr": 0.01, "wait_s": wait_s},
                  layout={"max_world_size": GROUPS},
                  fault_tolerance={"enabled": True, "replica_groups": GROUPS,
-                                  "min_replica_groups": 1, "heartbeat_timeout_s": 1.0,
+                                  "min_replica_groups": 1, "heartbeat_timeout_s": 3.0,
                                   "watchdog_timeout_s": 3.0, "join_timeout_s": 5.0,
                                   "timeout_s": 10.0})
     lines: list[str] = []

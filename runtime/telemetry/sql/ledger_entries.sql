@@ -3,7 +3,7 @@
 -- one row per micro-batch of a ledger row, numbered by ledger row (`row`), in row order.
 -- A line stored twice (a shipper's retry) counts once: LIMIT 1 BY its writer and step.
 -- Parameters: {runs:Array(String)}.
-SELECT row, indexOf({runs:Array(String)}, run_id) - 1 AS run, step, group, rank, slot, slots, start, count, batch_start, batch_count,
+SELECT row, indexOf({runs:Array(String)}, run_id) - 1 AS run, step, group, rank, pid, slot, slots, start, count, batch_start, batch_count,
        epoch_size, started, resumed_from, indexOf(['fresh', 'checkpoint', 'heal'], origin) - 1
        AS origin, at
 FROM
