@@ -124,6 +124,11 @@ def wait_running(api: Kube, namespace: str, job: str, expected: int, timeout_s: 
     return placed
 
 
+def failed_nodes(results: list[dict[str, Any]]) -> list[str]:
+    """The nodes (or pods) whose preflight did not pass."""
+    return [str(r["node"]) for r in results if not r["passed"]]
+
+
 def expected_pods(job: ResolvedJob) -> int:
     """Pods a placed job runs: its GPU pods, plus the Ray head (and sentinel) of Ray kinds."""
     return job.spec.pods + job.traits.helper_pods

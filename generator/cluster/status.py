@@ -6,11 +6,14 @@ Pure functions from the objects the API serves (dicts) to frozen rows; `job_stat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from generator.cluster.jobs import connect
+from generator.cluster.target import Asked, find_cluster
 from generator.kinds import KINDS
 from runtime.identity import Annotation, Label, selector
 from runtime.kube import POD, RAYCLUSTER, RAYJOB, WORKLOAD, Kind, Kube, NotFound, Obj
@@ -164,3 +167,26 @@ def list_jobs(api: Kube, namespaces: list[str]) -> list[JobRow]:
                     owner=(obj["metadata"].get("annotations") or {}).get(Annotation.OWNER, ""),
                 ))
     return sorted(rows, key=lambda r: (r.namespace, r.name))
+
+
+@dataclass(frozen=True)
+class Listed:
+    """`gkr list`: the jobs gkr submitted to one cluster's namespaces."""
+
+    cluster: str
+    namespaces: list[str]
+    rows: list[JobRow]
+
+
+def list_in(asked: Asked) -> Listed:
+    """The jobs in `asked.namespace`, else in every team namespace of the cluster meant."""
+    _, found = find_cluster(asked)
+    namespaces = ([asked.namespace] if asked.namespace
+                  else sorted(t.namespace for t in found.teams.values()))
+    return Listed(found.name, namespaces, list_jobs(Kube.connect(found.kube_context), namespaces))
+
+
+def status_of(asked: Asked) -> JobStatus:
+    """`gkr status NAME`: the status of the job meant (generator.cluster.target)."""
+    target, api = connect(asked)
+    return job_status(api, target.namespace, str(asked.job))

@@ -1,138 +1,198 @@
 """`gkr submit`: flags and/or a spec file -> the same spec model, defaults, templates and checks
-as `gkr render` -> server-side apply (or a dry run, or a GitOps branch)."""
+as `gkr render` -> server-side apply (or a dry run, or a GitOps branch), then the preflight in
+the placed pods, and on a fault the offer to tear the job down (seed §2.4).
+
+`submit` is the whole workflow; what the user must see while it runs (applied objects, pods
+being placed, preflight results) and the one question it may ask go through `SubmitEvents`,
+which the command line implements and a caller without a terminal leaves silent.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from generator.cluster.argocd import refuse_if_managed
+from generator.cluster.gitops import Submitted, referenced_env, submit_gitops
+from generator.cluster.jobs import applied_line, apply_all, delete_job
+from generator.cluster.kubectl import Kubectl
+from generator.cluster.preflight import (
+    exec_preflight,
+    expected_pods,
+    failed_nodes,
+    pod_expectations,
+    wait_running,
+)
+from generator.cluster.prepare import JobsRequest, Prepared, prepare_jobs
+from generator.errors import BadRequest, CheckFailed
+from generator.resolve import ResolvedJob
+from runtime.identity import Label, Role
+from runtime.kube import Kube, Obj
 
-from generator.catalog import Catalog
-from generator.cluster.package import FsspecStore, archive, local_folder
-from generator.errors import BadRequest, InvalidInput, Problem
-from generator.experiments import resolve_all
-from generator.kinds import KINDS, KindTraits, sentinel_name
-from generator.manifests import render_job
-from generator.paths import job_path
-from generator.resolve import ResolvedJob, resolve
-from generator.specs import LoadedSpec, load_spec, spec_from_flags
-from generator.tree import Tree
-from generator.validate import check_schemas
-from generator.yamlio import load_document, read_input, refusal
-from runtime.identity import Role
-from runtime.kube import DEPLOYMENT, Kube, Obj
-
-
-class SubmitRequest(BaseModel):
-    """What the command line asked for, frozen at the boundary."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    flags: dict[str, Any]
-    """Spec fields given as flags (only those given); they override the spec file."""
-    spec_file: Path | None = None
-    """-f SPEC.yaml."""
-    root: Path
-    """Repository root (catalog, templates, jobs/)."""
+PREFLIGHT_ROLES = (Role.WORKER, Role.JOB)  # the pods on GPU nodes; a Ray head runs on a CPU one
 
 
-def _env_flag(flags: dict[str, Any], from_file: bool, root: Path) -> dict[str, Any]:
-    """`--env FILE`: absolute for a spec file; inlined into `env` for a spec made of flags.
-    Paths stay as written (not resolved), so a symlink inside the repository that leads out
-    of it is still refused when the file is read (generator.yamlio.refusal)."""
-    if "env_file" not in flags:
-        return flags
-    path = Path(flags["env_file"]).expanduser().absolute()
-    if from_file:
-        return {**flags, "env_file": str(path)}
-    why = refusal(path, root, anywhere=True)
-    if why is not None:
-        raise InvalidInput([Problem("command line", None, "--env", f"{path}: {why}")])
-    data, _ = load_document(str(path), read_input(path, root, str(path), anywhere=True))
-    if not isinstance(data or {}, dict):
-        raise InvalidInput([Problem(str(path), 1, "", "an env file maps NAME: \"value\"")])
-    rest = {k: v for k, v in flags.items() if k != "env_file"}
-    return {**rest, "env": {**(data or {}), **flags.get("env", {})}}
+class SubmitMode(StrEnum):
+    APPLY = "apply"
+    DRY_RUN = "dry-run"
+    GITOPS = "gitops"
 
 
-def load(request: SubmitRequest) -> LoadedSpec:
-    flags = _env_flag(dict(request.flags), request.spec_file is not None, request.root)
-    if request.spec_file is not None:
-        return load_spec(request.spec_file.absolute(), request.root, flags)
-    return spec_from_flags(flags)
+@dataclass(frozen=True)
+class SubmitRequest:
+    """What `gkr submit` was asked, frozen at the boundary."""
+
+    jobs: JobsRequest
+    """The spec file and/or spec fields given as flags."""
+    mode: SubmitMode = SubmitMode.APPLY
+    """Apply to the cluster, print the manifests only, or commit them on a branch."""
+    branch: str | None = None
+    """--gitops: the new branch (default gkr/submit-TEAM-NAME)."""
+    base: str | None = None
+    """--gitops: the commit the branch starts from (default HEAD)."""
+    preflight: bool = True
+    """Wait for the pods and run the preflight in them."""
+    teardown: bool | None = None
+    """On a failed preflight: tear down (True), keep (False), or ask (None)."""
+    timeout_s: int = 1800
+    """Seconds to wait for the pods."""
+    force: bool = False
+    """Apply even a job Argo CD manages."""
+
+    def __post_init__(self) -> None:
+        if (self.branch or self.base) and self.mode is not SubmitMode.GITOPS:
+            raise BadRequest("--branch and --base go with --gitops")
 
 
-def local_working_dir(loaded: LoadedSpec, root: Path) -> Path | None:
-    """A working_dir that names a folder on this machine is packaged (not a path in the image);
-    only a folder inside the repository or the current directory (see `local_folder`)."""
-    value = loaded.spec.working_dir
-    if not value or "://" in value or "working_dir" not in loaded.source.flags:
-        return None
-    return local_folder(value, [root, Path.cwd()])
+class SubmitEvents(Protocol):
+    """What a submit tells its user while it runs, and the question it may ask."""
+
+    def say(self, line: str) -> None:
+        """A change made: an object applied or deleted (stdout)."""
+
+    def note(self, line: str) -> None:
+        """A default taken, pods being placed (stderr)."""
+
+    def checked(self, results: list[dict[str, Any]]) -> None:
+        """The preflight results of one job, before any question about them."""
+
+    def confirm(self, question: str) -> bool:
+        """Yes or no."""
 
 
-def prepare(request: SubmitRequest, catalog: Catalog, upload: bool) -> ResolvedJob:
-    """Resolve the job; a local working dir is zipped and (if `upload`) put in the code store."""
-    loaded = load(request)
-    folder = local_working_dir(loaded, request.root)
-    if folder is None:
-        return resolve(loaded, catalog)
-    flags = {**request.flags, "working_dir": str(folder)}
-    job = resolve(load(request.model_copy(update={"flags": flags})), catalog)
-    store_uri = job.cluster.code_store
-    if store_uri is None:
-        raise BadRequest(f"cluster {job.cluster.name} names no code_store; pass a --working-dir "
-                         "inside the image or add code_store to its catalog file")
-    store = FsspecStore(store_uri)
-    name, data = archive(folder, job.name)
-    flags["working_dir"] = store.put(name, data) if upload else f"{store.prefix}/{name}"
-    return resolve(load(request.model_copy(update={"flags": flags})), catalog)
+class Silent:
+    """Events for a caller without a user: nothing said, every question answered no."""
+
+    def say(self, line: str) -> None:
+        pass
+
+    def note(self, line: str) -> None:
+        pass
+
+    def checked(self, results: list[dict[str, Any]]) -> None:
+        pass
+
+    def confirm(self, question: str) -> bool:
+        return False
 
 
-def prepare_all(request: SubmitRequest, catalog: Catalog, upload: bool) -> list[ResolvedJob]:
-    """Every job of the request: the one job, or a DiLoCo experiment's synchroniser and
-    learners (`generator.experiments`), each bound for its own cluster."""
-    loaded = load(request)
-    if loaded.spec.diloco is None:
-        return [prepare(request, catalog, upload)]
-    if local_working_dir(loaded, request.root) is not None:
-        raise BadRequest("a DiLoCo experiment's learners run on several clusters, each with "
-                         "its own code store: give --working-dir as a gs:// URI or a path in "
-                         "the image")
-    return resolve_all(loaded, catalog)
+@dataclass(frozen=True)
+class SubmitOutcome:
+    """What a submit did: its jobs and manifests (a dry run prints them), what the server
+    holds after the apply, the --gitops commit, and the preflight results."""
+
+    mode: SubmitMode
+    jobs: list[ResolvedJob]
+    manifests: list[list[Obj]]
+    applied: list[Obj] = field(default_factory=list)
+    commit: Submitted | None = None
+    preflight: list[dict[str, Any]] = field(default_factory=list)
 
 
-def manifests(job: ResolvedJob, catalog: Catalog) -> list[Obj]:
-    """Rendered and checked against the schemas, exactly as `gkr validate` would."""
-    documents = render_job(job)
-    tree = Tree()
-    tree.add(job_path(job), documents, job.source)
-    problems = check_schemas(tree, catalog)
-    if problems:
-        raise InvalidInput(problems)
-    return documents
+def submit_job(request: SubmitRequest, events: SubmitEvents | None = None) -> SubmitOutcome:
+    """The whole `gkr submit`; raises CheckFailed after a failed preflight (once the user
+    was asked about tearing the job down)."""
+    events = events or Silent()
+    prepared = prepare_jobs(request.jobs)
+    for note in prepared.notes:
+        events.note(note)
+    if request.mode is SubmitMode.DRY_RUN:
+        return SubmitOutcome(request.mode, prepared.jobs, prepared.manifests)
+    if request.mode is SubmitMode.GITOPS:
+        return SubmitOutcome(request.mode, prepared.jobs, prepared.manifests,
+                             commit=_commit(request, prepared))
+    return _apply(request, prepared, events)
 
 
-def find_job(api: Kube, name: str, namespace: str) -> tuple[KindTraits, Obj] | None:
-    """The top-level object of job `name` (any kind) and its kind's traits; None if absent."""
-    for traits in KINDS.values():
-        found = api.find(api.kind(traits.api_version, traits.object_kind), name,
-                         namespace=namespace)
-        if found is not None:
-            return traits, found
-    return None
+def _commit(request: SubmitRequest, prepared: Prepared) -> Submitted:
+    if len(prepared.jobs) > 1:
+        raise BadRequest("--gitops commits one job; a DiLoCo experiment renders to several "
+                         "clusters: add its spec under jobs/<team>/, run `gkr render` and "
+                         "open a pull request with both")
+    job = prepared.jobs[0]
+    if prepared.package is not None:  # the job runs once merged: its code must be there then
+        prepared.package.upload()
+    env = request.jobs.flags.env_file
+    env_source = env.resolve() if env else referenced_env(job, request.jobs.spec_file)
+    return submit_gitops(request.jobs.root, job, env_source, request.branch, request.base)
 
 
-def delete_job(api: Kube, traits: KindTraits, name: str, namespace: str) -> None:
-    """Delete a job's top-level object and, for a RayCluster, its sentinel (the Deployment is
-    not owned by the RayCluster, so Kubernetes would not collect it)."""
-    if Role.SENTINEL in traits.roles and api.find(DEPLOYMENT, sentinel_name(name),
-                                                  namespace=namespace):
-        api.delete(DEPLOYMENT, sentinel_name(name), namespace=namespace)
-    api.delete(api.kind(traits.api_version, traits.object_kind), name, namespace=namespace)
+def _apply(request: SubmitRequest, prepared: Prepared, events: SubmitEvents) -> SubmitOutcome:
+    """Refuse Argo CD's jobs (before anything is uploaded), upload, apply, check."""
+    apis = [Kube.connect(job.cluster.kube_context) for job in prepared.jobs]
+    if not request.force:
+        for api, job in zip(apis, prepared.jobs, strict=True):
+            _refuse_managed(api, request, job)
+    if prepared.package is not None:
+        prepared.package.upload()
+    applied: list[Obj] = []
+    results: list[dict[str, Any]] = []
+    for api, job, documents in zip(apis, prepared.jobs, prepared.manifests, strict=True):
+        for obj in apply_all(api, documents):
+            events.say(applied_line(obj))
+            applied.append(obj)
+        if request.preflight:
+            results += _preflight(api, job, request, events)
+    return SubmitOutcome(request.mode, prepared.jobs, prepared.manifests, applied,
+                         preflight=results)
 
 
-def apply_all(api: Kube, documents: list[Obj]) -> list[Obj]:
-    """Apply in order (the RayCluster before its sentinel); returns what the server holds."""
-    return [api.apply(document) for document in documents]
+def _refuse_managed(api: Kube, request: SubmitRequest, job: ResolvedJob) -> None:
+    live = api.find(api.kind(job.traits.api_version, job.traits.object_kind), job.name,
+                    namespace=job.namespace)
+    refuse_if_managed(request.jobs.root, job.cluster.name, job.namespace, job.name, live,
+                      "apply")
+
+
+def _preflight(api: Kube, job: ResolvedJob, request: SubmitRequest,
+               events: SubmitEvents) -> list[dict[str, Any]]:
+    """Check the placed GPU pods; on a fault, tear the job down if the user wants."""
+    pods = wait_running(api, job.namespace, job.name, expected_pods(job), request.timeout_s,
+                        events.note)
+    kubectl = Kubectl(job.cluster.kube_context, job.namespace)
+    expect = pod_expectations(job)
+    results = [exec_preflight(kubectl, pod, expect) for pod in pods
+               if (pod["metadata"].get("labels") or {}).get(Label.ROLE) in PREFLIGHT_ROLES]
+    events.checked(results)
+    failed = failed_nodes(results)
+    if not failed:
+        return results
+    teardown = request.teardown
+    if teardown is None:
+        teardown = events.confirm(f"tear down {job.kind} {job.namespace}/{job.name}?")
+    if teardown:
+        delete_job(api, job.traits, job.name, job.namespace)
+        events.say(f"deleted {job.kind} {job.namespace}/{job.name}")
+    raise CheckFailed(f"preflight failed on {', '.join(failed)}")
+
+
+def start_dev_pod(api: Kube, request: JobsRequest, timeout_s: int,
+                  events: SubmitEvents) -> list[Obj]:
+    """`gkr shell` on a name with no pods: a Job running the request's command until its
+    deadline, and its pod once it runs."""
+    prepared = prepare_jobs(request)
+    job = prepared.jobs[0]
+    for obj in apply_all(api, prepared.manifests[0]):
+        events.say(f"started development pod: {obj['kind']} {job.namespace}/{job.name}")
+    return wait_running(api, job.namespace, job.name, 1, timeout_s, events.note)
