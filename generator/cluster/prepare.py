@@ -23,7 +23,7 @@ from generator.specs import LoadedSpec, load_spec, spec_from_flags
 from generator.tree import Tree
 from generator.validate import check_schemas
 from generator.vcs import git_email
-from generator.yamlio import load_document, read_input, refusal
+from generator.yamlio import LineMap, load_document, read_input, refusal
 from runtime.kube import Obj
 
 
@@ -143,22 +143,29 @@ def _load(request: JobsRequest, flags: dict[str, Any]) -> LoadedSpec:
 
 
 def _env_flag(flags: dict[str, Any], from_file: bool, root: Path) -> dict[str, Any]:
-    """`--env FILE`: absolute for a spec file; inlined into `env` for a spec made of flags.
-    Paths stay as written (not resolved), so a symlink inside the repository that leads out
-    of it is still refused when the file is read (generator.yamlio.refusal)."""
+    """`--env FILE`: absolute for a spec file; inlined into `env` for a spec made of flags."""
     if "env_file" not in flags:
         return flags
     path = Path(flags["env_file"]).expanduser().absolute()
     if from_file:
         return {**flags, "env_file": str(path)}
+    data, _ = read_env_file(path, root)
+    rest = {k: v for k, v in flags.items() if k != "env_file"}
+    return {**rest, "env": {**data, **flags.get("env", {})}}
+
+
+def read_env_file(path: Path, root: Path) -> tuple[dict[str, Any], LineMap]:
+    """An env file named on the command line (it may be anywhere): its mapping and lines.
+    Paths stay as written (not resolved), so a symlink inside the repository that leads out
+    of it is still refused when the file is read (generator.yamlio.refusal)."""
+    path = path.expanduser().absolute()
     why = refusal(path, root, anywhere=True)
     if why is not None:
         raise InvalidInput([Problem("command line", None, "--env", f"{path}: {why}")])
-    data, _ = load_document(str(path), read_input(path, root, str(path), anywhere=True))
+    data, lines = load_document(str(path), read_input(path, root, str(path), anywhere=True))
     if not isinstance(data or {}, dict):
         raise InvalidInput([Problem(str(path), 1, "", "an env file maps NAME: \"value\"")])
-    rest = {k: v for k, v in flags.items() if k != "env_file"}
-    return {**rest, "env": {**(data or {}), **flags.get("env", {})}}
+    return dict(data or {}), lines
 
 
 def local_working_dir(loaded: LoadedSpec, root: Path) -> Path | None:
