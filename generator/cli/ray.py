@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from generator.cli._app import app, out_console
+from generator.cli._app import app, err_console, out_console
 from generator.cli._output import Output, OutputOption, emit
-from generator.cli.cluster import ClusterOption, NamespaceOption, asked
+from generator.cli.cluster import ClusterOption, ForceOption, NamespaceOption, asked
 
 if TYPE_CHECKING:
     from generator.cluster.rayjobs import HeadRequest
@@ -100,3 +100,22 @@ def stop(name: NameArgument, job: JobArgument, cluster: ClusterOption = None,
 
     status = stop_ray_job(_head(name, cluster, namespace, address), job)
     out_console.print(f"{job}: {status}")
+
+
+@ray_app.command("scale")
+def scale(
+    name: NameArgument,
+    replicas: Annotated[int, typer.Option("--replicas", help="Worker pods to have.")],
+    group: Annotated[str, typer.Option(help="Worker group.")] = "workers",
+    cluster: ClusterOption = None, namespace: NamespaceOption = None,
+    force: ForceOption = False,
+) -> None:
+    """Set a RayCluster's worker replicas, within its node pool (the catalog) and Kueue's
+    free quota; Warden's own resize path. An Argo CD-managed one only with --force."""
+    from generator.cluster.scale import ResizeRequest, resize
+
+    done = resize(ResizeRequest(asked(name, cluster, namespace), replicas, group, force))
+    for note in done.notes:
+        err_console.print(note)
+    out_console.print(f"scaled RayCluster {done.namespace}/{done.name} group {done.group}: "
+                      f"{done.before} -> {done.replicas} workers ({done.gpus} GPUs)")
