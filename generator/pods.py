@@ -10,6 +10,7 @@ from typing import Any
 from generator.catalog import Catalog
 from generator.resolve import ResolvedJob
 from generator.telemetry import DUMP_VOLUME, FR_SUBFOLDER, POD_DUMP_DIR, Telemetry, collective_env
+from generator.units import parse_duration
 from runtime.diloco.config import KEY_DIR
 from runtime.identity import Env, Label, Role
 from runtime.pods import ContainerPlan, NodeChecks, PodPlan
@@ -57,9 +58,8 @@ def _plan(job: ResolvedJob, role: Role) -> PodPlan:
 
 def _container(job: ResolvedJob, role: Role, on_gpu: bool) -> ContainerPlan:
     if role == Role.SENTINEL:
-        address = f"{job.name}-head-svc.{job.namespace}.svc.cluster.local:6379"
         return ContainerPlan(CONTAINER[role], job.image, SENTINEL_RESOURCES,
-                             command=["python", "-m", "runtime.sentinel", "--address", address])
+                             command=sentinel_command(job))
     head = role == Role.HEAD
     return ContainerPlan(
         CONTAINER[role], job.image,
@@ -70,6 +70,15 @@ def _container(job: ResolvedJob, role: Role, on_gpu: bool) -> ContainerPlan:
         ports=RAY_HEAD_PORTS if head else None,
         volume_mounts=[*(dump_mounts(job) if on_gpu else ()), *key_mounts(job, role)],
     )
+
+
+def sentinel_command(job: ResolvedJob) -> list[str]:
+    """The sentinel asks the head's API on its dashboard port (a port of the job's own pods,
+    so its NetworkPolicy admits it) and tells the owner past the cluster's idle threshold."""
+    dashboard = f"http://{job.name}-head-svc.{job.namespace}.svc.cluster.local:{DASHBOARD_PORT}"
+    idle = parse_duration(job.cluster.raycluster_idle_after)
+    return ["python", "-m", "runtime.sentinel", "--dashboard", dashboard, "--name", job.name,
+            "--owner", job.spec.owner, "--idle-after", str(idle)]
 
 
 def shell_command(cmd: str | None) -> list[str]:

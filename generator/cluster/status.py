@@ -15,10 +15,12 @@ from pydantic import BaseModel, ConfigDict
 from generator.cluster.jobs import connect
 from generator.cluster.target import Asked, find_cluster
 from generator.kinds import KINDS
-from runtime.identity import Annotation, Label, selector
-from runtime.kube import POD, RAYCLUSTER, RAYJOB, WORKLOAD, Kind, Kube, NotFound, Obj
+from runtime.identity import Annotation, Label, Role, selector
+from runtime.kube import POD, RAYCLUSTER, RAYJOB, WORKLOAD, Kind, Kube, KubeError, NotFound, Obj
+from runtime.sentinel import last_report
 
 MANAGED = "app.kubernetes.io/managed-by=gkr"
+REPORT_LINES = 200  # of a sentinel's log: its report lines come at least every 5 minutes
 
 
 class _Row(BaseModel):
@@ -52,6 +54,8 @@ class JobStatus(_Row):
     admission: str
     pods: list[PodRow]
     pending: list[str]
+    sentinel: dict[str, Any] | None = None
+    """A RayCluster's: its sentinel's latest report (runtime.sentinel.HeadReport)."""
 
 
 def created(obj: Obj) -> datetime | None:
@@ -138,7 +142,8 @@ def job_status(api: Kube, namespace: str, name: str) -> JobStatus:
 
 def _status(api: Kube, kind: Kind, obj: Obj) -> JobStatus:
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-    pods = [pod_row(p) for p in api.list(POD, namespace=namespace, labels=selector(job=name))]
+    listed = api.list(POD, namespace=namespace, labels=selector(job=name))
+    pods = [pod_row(p) for p in listed]
     events = api.events(namespace=namespace)
     try:
         workloads = api.list(WORKLOAD, namespace=namespace)
@@ -148,7 +153,24 @@ def _status(api: Kube, kind: Kind, obj: Obj) -> JobStatus:
         name=name, kind=kind.kind, namespace=namespace, phase=phase(kind, obj),
         created=created(obj), admission=admission(workloads, name), pods=pods,
         pending=pending_reasons(events, {name} | {p.name for p in pods}),
+        sentinel=sentinel_report(api, listed) if kind == RAYCLUSTER else None,
     )
+
+
+def sentinel_report(api: Kube, pods: list[Obj]) -> dict[str, Any] | None:
+    """The latest report in the log of the RayCluster's running sentinel (None: no sentinel
+    running, or no report yet)."""
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get(Label.ROLE) != Role.SENTINEL or pod_row(pod).phase != "Running":
+            continue
+        try:
+            lines = list(api.logs(pod["metadata"]["name"], namespace=pod["metadata"]["namespace"],
+                                  tail=REPORT_LINES))
+        except KubeError:  # a log the kubelet cannot serve now: nothing to show
+            return None
+        return last_report(lines)
+    return None
 
 
 def top_level(api: Kube) -> list[Kind]:

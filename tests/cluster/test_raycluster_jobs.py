@@ -43,8 +43,8 @@ while True:
 
 @pytest.fixture(scope="module")
 def head():
-    with ray_head() as url:
-        yield url
+    with ray_head() as local:
+        yield local.url
 
 
 @pytest.fixture
