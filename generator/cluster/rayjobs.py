@@ -34,6 +34,9 @@ from runtime.identity import JobKind, Label, Workload, selector
 from runtime.kube import POD, RAYCLUSTER, Obj
 
 T = TypeVar("T")
+# What Ray's job API says when the request, not the head, is wrong: an unknown job id (404),
+# a submission id already taken.
+USER_ERRORS = ("does not exist", "404", "already exists")
 
 
 @dataclass(frozen=True)
@@ -214,7 +217,7 @@ def _call(head: Head, action: Any) -> Any:
         return action()
     except RuntimeError as error:
         text = str(error)
-        if "does not exist" in text or "404" in text:
+        if any(mark in text for mark in USER_ERRORS):
             raise BadRequest(f"{head.name}: {text.strip().splitlines()[-1]}") from None
         raise ToolFailed(f"the Ray head of {head.name}: {text}") from None
     except ConnectionError as error:

@@ -146,6 +146,9 @@ def test_mistakes_are_reported_not_raised(held, head, tmp_path) -> None:
     assert missing.code == 1 and "no RayCluster named 'no-such-cluster'" in missing.err
     unknown = gkr("ray", "logs", "llm-dev", "no-such-job", *SCOPE)
     assert unknown.code == 1 and "Traceback" not in unknown.err
+    assert gkr("ray", "submit", "llm-dev", *SCOPE, "--cmd", "true", "--id", "taken").code == 0
+    again = gkr("ray", "submit", "llm-dev", *SCOPE, "--cmd", "true", "--id", "taken")
+    assert again.code == 1 and "already exists" in again.err
     bad_env = tmp_path / "bad.yaml"
     bad_env.write_text(textwrap.dedent("""\
         GKR_RUN: "mine"
