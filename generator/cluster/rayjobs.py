@@ -218,10 +218,18 @@ def _call(head: Head, action: Any) -> Any:
     except RuntimeError as error:
         text = str(error)
         if any(mark in text for mark in USER_ERRORS):
-            raise BadRequest(f"{head.name}: {text.strip().splitlines()[-1]}") from None
-        raise ToolFailed(f"the Ray head of {head.name}: {text}") from None
+            raise BadRequest(f"{head.name}: {_said(text)}") from None
+        raise ToolFailed(f"the Ray head of {head.name}: {_said(text)}") from None
     except ConnectionError as error:
         raise ToolFailed(f"the Ray head of {head.name}: {error}") from None
+
+
+def _said(text: str) -> str:
+    """The line of a job API error that says what went wrong: Ray's answer may carry the
+    server's traceback, whose last line is the error itself."""
+    lines = [line.strip() for line in text.splitlines() if line.strip().strip(".")]
+    marked = [line for line in lines if any(mark in line for mark in USER_ERRORS)]
+    return (marked or lines or [text])[-1]
 
 
 def _drive(chunks: AsyncIterator[T]) -> Iterator[T]:
