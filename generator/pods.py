@@ -57,9 +57,9 @@ def _plan(job: ResolvedJob, role: Role) -> PodPlan:
 
 
 def _container(job: ResolvedJob, role: Role, on_gpu: bool) -> ContainerPlan:
-    if role == Role.SENTINEL:
+    if role == Role.SENTINEL:  # its identity and the telemetry store: gkr-ui lists its events
         return ContainerPlan(CONTAINER[role], job.image, SENTINEL_RESOURCES,
-                             command=sentinel_command(job))
+                             command=sentinel_command(job), env=_env(job, role, on_gpu))
     head = role == Role.HEAD
     return ContainerPlan(
         CONTAINER[role], job.image,

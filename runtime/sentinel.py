@@ -6,7 +6,9 @@ its dashboard port, what a port probe cannot tell: is the GCS alive (`/api/gcs_h
 calls the GCS; a wedged GCS still accepts TCP connections), which nodes are alive
 (`/api/v0/nodes`), which jobs are pending or running (`/api/jobs/`). Each probe's answer is a
 `HeadReport`; the sentinel prints it as one JSON line when it changes and every
-`report_every_s`, and `gkr status NAME` shows the latest (generator.cluster.status).
+`report_every_s`, and `gkr status NAME` shows the latest (generator.cluster.status); each
+change of state is also a row of the telemetry store's `events` (GKR_TELEMETRY_DSN, as every
+GKR pod has it), which gkr-ui lists.
 
 A cluster with no job pending or running for `idle_after_s` (the cluster catalog's
 `raycluster_idle_after`) holds its capacity for nothing: the report says so, and the sentinel
@@ -20,11 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -33,10 +36,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.config_errors import config_error
 from runtime.errors import ConfigError
+from runtime.identity import Env, Identity, Role
+from runtime.telemetry.writer import StoreSink, TelemetryWriter
 
 log = logging.getLogger("gkr.sentinel")
 
 REPORT_KEY = "sentinel"  # the key that marks a report line in the sentinel's log
+SUMMARY = "summary"  # the report in words, in that line
+SOURCE = "sentinel"  # the `source` of its rows in the telemetry store's events
+EVENTS = "events"  # that table (runtime/telemetry/schema)
 ACTIVE = {"PENDING", "RUNNING"}
 
 
@@ -82,10 +90,31 @@ class HeadReport:
     idle_past: bool = False
     """Idle past `idle_after_s`."""
 
+    def summary(self) -> str:
+        """The report in words, as `gkr status` and gkr-ui's events show it."""
+        if not self.healthy:
+            return f"UNHEALTHY: {self.reason}"
+        said = (f"healthy: {self.nodes_alive} nodes alive, {self.nodes_dead} dead, "
+                f"{self.jobs_active} of {self.jobs_total} jobs pending or running")
+        if self.idle_s is not None:
+            said += f", no job for {_duration(self.idle_s)}"
+        if self.idle_past:
+            said += " (past the catalog's raycluster_idle_after: capacity held for nothing)"
+        return said
+
     def line(self, config: SentinelConfig, at: float) -> str:
         """The report as the JSON line `gkr status` reads."""
         stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return json.dumps({REPORT_KEY: config.name, "time": stamp, **asdict(self)})
+        return json.dumps({REPORT_KEY: config.name, "time": stamp, **asdict(self),
+                           SUMMARY: self.summary()})
+
+    def event(self, config: SentinelConfig) -> dict[str, Any]:
+        """The report as a row of the telemetry store's `events` (gkr-ui lists them)."""
+        reason = ("RayClusterUnhealthy" if not self.healthy else
+                  "RayClusterIdle" if self.idle_past else "RayClusterHealthy")
+        return {"source": SOURCE, "object_kind": "RayCluster", "object_name": config.name,
+                "reason": reason, "severity": "Normal" if reason == "RayClusterHealthy"
+                else "Warning", "message": self.summary(), "count": 1}
 
 
 def last_report(lines: list[str]) -> dict[str, Any] | None:
@@ -96,7 +125,7 @@ def last_report(lines: list[str]) -> dict[str, Any] | None:
         except ValueError:
             continue
         if isinstance(data, dict) and REPORT_KEY in data:
-            fields = {k: v for k, v in data.items() if k not in (REPORT_KEY, "time")}
+            fields = {k: v for k, v in data.items() if k not in (REPORT_KEY, "time", SUMMARY)}
             try:
                 HeadReport(**fields)  # a line of this version's shape, not a look-alike
             except TypeError:
@@ -143,16 +172,17 @@ class _State:
 
 
 def watch(config: SentinelConfig, sleep: Callable[[float], None] = time.sleep,
-          clock: Callable[[], float] = time.time, emit: Callable[[str], None] = print) -> int:
+          clock: Callable[[], float] = time.time, emit: Callable[[str], None] = print,
+          record: Callable[[HeadReport], None] = lambda _: None) -> int:
     """Probe until `failures` consecutive probes are unhealthy (returns 1) or max_probes ran
-    (returns 0); `emit` gets each report line."""
+    (returns 0); `emit` gets each report line, `record` each change of state."""
     state, probes = _State(busy_at=clock()), 0
     while config.max_probes is None or probes < config.max_probes:
         now = clock()
         report = _with_idle(config, state, ask_head(config), now)
         probes += 1
         state.failed = 0 if report.healthy else state.failed + 1
-        _speak(config, state, report, now, emit)
+        _speak(config, state, report, now, emit, record)
         if state.failed >= config.failures:
             log.error("ray head of %s unhealthy for %d consecutive probes (%s); exiting",
                       config.name or config.dashboard, state.failed, report.reason)
@@ -176,14 +206,17 @@ def _with_idle(config: SentinelConfig, state: _State, report: HeadReport,
 
 
 def _speak(config: SentinelConfig, state: _State, report: HeadReport, now: float,
-           emit: Callable[[str], None]) -> None:
-    """A report line on a change (idle time aside) or when one is due; the owner's notice
-    once per idle spell."""
+           emit: Callable[[str], None], record: Callable[[HeadReport], None]) -> None:
+    """A report line on a change (idle time aside) or when one is due, and the change
+    recorded; the owner's notice once per idle spell."""
     settled = replace(report, idle_s=None)
-    if state.last is None or settled != state.last or now - state.reported_at >= \
-            config.report_every_s:
+    changed = settled != state.last
+    if changed or now - state.reported_at >= config.report_every_s:
         emit(report.line(config, now))
-        state.last, state.reported_at = settled, now
+        state.reported_at = now
+    if changed:
+        record(report)
+        state.last = settled
     if report.idle_past and not state.told_owner:
         log.warning("%s", idle_notice(config, report))
         state.told_owner = True
@@ -235,7 +268,26 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         log.error("%s", error)
         return 2
-    return watch(config, emit=lambda line: print(line, flush=True))
+    store = store_events(os.environ)
+
+    def record(report: HeadReport) -> None:
+        if store is not None:
+            store.write(EVENTS, report.event(config))
+
+    try:
+        return watch(config, emit=lambda line: print(line, flush=True), record=record)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def store_events(environ: Mapping[str, str]) -> TelemetryWriter | None:
+    """The telemetry store its pod names (GKR_TELEMETRY_DSN), where gkr-ui reads events;
+    None: the log and `gkr status` only."""
+    dsn = environ.get(Env.TELEMETRY_DSN)
+    if not dsn:
+        return None
+    return TelemetryWriter(StoreSink(dsn), Identity.from_env(environ, role=str(Role.SENTINEL)))
 
 
 if __name__ == "__main__":

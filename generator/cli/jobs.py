@@ -3,7 +3,7 @@ request -> one call -> print)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -48,22 +48,9 @@ def status(name: str, cluster: ClusterOption = None, namespace: NamespaceOption 
     emit([p.model_dump() for p in report.pods], output, title="pods", empty="no pods yet")
     for reason in report.pending:
         out_console.print(f"  pending: {reason}")
-    if report.sentinel is not None:
-        out_console.print(f"sentinel: {_sentinel_line(report.sentinel)}")
-
-
-def _sentinel_line(said: dict[str, Any]) -> str:
-    """A RayCluster sentinel's latest report (runtime.sentinel.HeadReport) in words."""
-    if not said["healthy"]:
-        return f"UNHEALTHY at {said['time']}: {said['reason']}"
-    line = (f"healthy at {said['time']}: {said['nodes_alive']} nodes alive, "
-            f"{said['nodes_dead']} dead, {said['jobs_active']} of {said['jobs_total']} jobs "
-            "pending or running")
-    if said["idle_s"] is not None:
-        line += f", no job for {int(said['idle_s'] // 60)} min"
-    if said["idle_past"]:
-        line += " (past the catalog's raycluster_idle_after: capacity held for nothing)"
-    return line
+    if report.sentinel is not None:  # its words: runtime.sentinel.HeadReport.summary
+        out_console.print(f"sentinel at {report.sentinel['time']}: "
+                          f"{report.sentinel.get('summary', '')}")
 
 
 @app.command()

@@ -20,7 +20,17 @@ import pytest
 from ray.job_submission import JobSubmissionClient
 
 from runtime.errors import ConfigError
-from runtime.sentinel import SentinelConfig, ask_head, last_report, parse_args, watch
+from runtime.identity import Env
+from runtime.sentinel import (
+    SentinelConfig,
+    ask_head,
+    last_report,
+    parse_args,
+    store_events,
+    watch,
+)
+from runtime.telemetry.store import Store
+from runtime.telemetry.ui import data as ui_data
 from testing.ray import LocalHead, dashboard_missing, ray_head
 from testing.wait import wait_until
 from tests.cli.conftest import NS, gkr
@@ -151,16 +161,39 @@ def test_gkr_status_shows_the_sentinels_report(head, repo, apiserver) -> None:
     apiserver.set_log(NS, "llm-dev-sentinel-x", "sentinel", "starting\n" + "\n".join(lines))
     shown = gkr("status", "llm-dev", "--cluster", "usc1-prod", "-n", NS)
     assert shown.code == 0, shown.err
-    assert "sentinel: UNHEALTHY at " in shown.out and "503" in shown.out
+    assert "sentinel at " in shown.out and ": UNHEALTHY: HTTP 503" in shown.out
     data = json.loads(gkr("status", "llm-dev", "--cluster", "usc1-prod", "-n", NS,
                           "-o", "json").out)[0]
     assert data["sentinel"]["healthy"] is False
 
 
+@needs_head
+def test_changes_of_state_reach_the_store_gkr_ui_reads(head, tmp_path) -> None:
+    dsn = f"chdb://{tmp_path / 'store'}"
+    store = store_events({Env.TELEMETRY_DSN: dsn, Env.CLUSTER: "usc1-prod",
+                          Env.NAMESPACE: NS, Env.JOB: "llm-dev", Env.KIND: "raycluster"})
+    assert store is not None
+    config = SentinelConfig(dashboard=head.url, name="llm-dev", failures=1, max_probes=1)
+
+    def record(report):
+        store.write("events", report.event(config))
+
+    with wedged(head):
+        watch(config, sleep=lambda _: None, emit=lambda _: None, record=record)
+    watch(config, sleep=lambda _: None, emit=lambda _: None, record=record)
+    store.close()
+    with Store.connect(dsn) as opened:
+        shown = ui_data.events(opened)  # what gkr-ui's events list shows, newest first
+    assert [(e["source"], e["object_name"], e["reason"], e["severity"]) for e in shown] == [
+        ("sentinel", "llm-dev", "RayClusterHealthy", "Normal"),
+        ("sentinel", "llm-dev", "RayClusterUnhealthy", "Warning")]
+    assert shown[1]["message"].startswith("UNHEALTHY: HTTP 503")
+
+
 def test_reports_are_found_in_a_log_and_look_alikes_are_not() -> None:
     line = json.dumps({"sentinel": "x", "time": "t", "healthy": True, "reason": "",
                        "nodes_alive": 1, "nodes_dead": 0, "jobs_active": 0, "jobs_total": 0,
-                       "idle_s": 5.0, "idle_past": False})
+                       "idle_s": 5.0, "idle_past": False, "summary": "healthy: …"})
     assert last_report(["boot", line, "INFO something"])["idle_s"] == 5.0
     assert last_report(['{"sentinel": "x", "other": 1}', "{not json"]) is None
 
