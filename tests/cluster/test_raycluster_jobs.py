@@ -1,7 +1,7 @@
-"""`gkr ray submit/jobs/logs/stop` on a held RayCluster: its object lives on the Kubernetes API
-double, its head is a real local Ray head (testing/ray.py, ray_head) whose job API gkr
-reaches through a port-forward it opens and closes itself, or at an address given. Three jobs
-run on the one cluster, one after another, without a new Ray runtime."""
+"""`gkr ray submit/jobs/logs/stop/scale` on a held RayCluster: its object lives on the
+Kubernetes API double, its head is a real local Ray head (testing/ray.py, ray_head) whose job
+API gkr reaches through a port-forward it opens and closes itself, or at an address given.
+Three jobs run on the one cluster, one after another, without a new Ray runtime."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ import json
 import os
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import generator.cluster.kubectl as kubectl_module
+from runtime.sentinel import SentinelConfig, watch
 from testing.ray import dashboard_missing, ray_head
 from testing.wait import wait_until
 from tests.cli.conftest import NS, gkr
@@ -41,6 +44,13 @@ while True:
 """
 
 
+@dataclass(frozen=True)
+class Held:
+    apiserver: Any
+    record: Path
+    """Where the fake kubectl writes the argv of each port-forward gkr opened."""
+
+
 @pytest.fixture(scope="module")
 def head():
     with ray_head() as local:
@@ -63,7 +73,7 @@ def held(repo, apiserver, head, tmp_path, monkeypatch):
                                         port=head.rsplit(":", 1)[1]))
     fake.chmod(0o755)
     monkeypatch.setattr(kubectl_module, "kubectl", lambda: str(fake))
-    return record
+    return Held(apiserver, record)
 
 
 def _status(job: str) -> str:
@@ -138,7 +148,7 @@ def test_three_jobs_one_after_another_on_one_cluster(held, head, repo, tmp_path)
     listed = json.loads(gkr("ray", "jobs", "llm-dev", *SCOPE, "-o", "json").out)
     assert [(r["id"], r["status"]) for r in listed] == [
         ("llm-dev-one", "SUCCEEDED"), (second, "STOPPED"), ("llm-dev-three", "FAILED")]
-    _forwarders_closed(held)
+    _forwarders_closed(held.record)
 
 
 def test_mistakes_are_reported_not_raised(held, head, tmp_path) -> None:
@@ -160,3 +170,28 @@ def test_mistakes_are_reported_not_raised(held, head, tmp_path) -> None:
     assert "COUNT: 3 is not a string; quote it" in refused.err
     unreachable = gkr("ray", "jobs", "llm-dev", *SCOPE, "--address", "http://127.0.0.1:9")
     assert unreachable.code == 4 and "Traceback" not in unreachable.err
+
+
+def test_hold_run_scale_watch_and_delete(held, head) -> None:
+    """The issue's whole story on one RayCluster, all through gkr."""
+    ran = gkr("ray", "submit", "llm-dev", *SCOPE, "--id", "llm-dev-story", "--cmd", "echo done")
+    assert ran.code == 0, ran.err
+    assert _finished("llm-dev-story") == "SUCCEEDED"
+    scaled = gkr("ray", "scale", "llm-dev", "--replicas", "3", *SCOPE)
+    assert scaled.code == 0 and "2 -> 3 workers (24 GPUs)" in scaled.out, scaled.err
+    lines: list[str] = []
+    watch(SentinelConfig(dashboard=head, name="llm-dev", max_probes=1), sleep=lambda _: None,
+          emit=lines.append)
+    apiserver = held.apiserver
+    apiserver.put({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "llm-dev-sentinel-x", "namespace": NS,
+                                "labels": {"gkr.dev/job": "llm-dev", "gkr.dev/role": "sentinel"}},
+                   "spec": {"containers": [{"name": "sentinel"}]},
+                   "status": {"phase": "Running"}})
+    apiserver.set_log(NS, "llm-dev-sentinel-x", "sentinel", "\n".join(lines))
+    shown = gkr("status", "llm-dev", *SCOPE)
+    assert shown.code == 0 and "sentinel at " in shown.out, shown.err
+    assert ": healthy: 1 nodes alive, 0 dead, 0 of " in shown.out
+    gone = gkr("delete", "llm-dev", *SCOPE, "--raycluster", "--yes")
+    assert gone.code == 0 and apiserver.get("ray.io", "rayclusters", NS, "llm-dev") is None
+    _forwarders_closed(held.record)
