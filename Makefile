@@ -15,11 +15,14 @@ BASE ?= HEAD
 setup: $(STAMP)
 
 # requirements.lock (tools/lock.sh) pins every other distribution, as the images do.
-$(STAMP): pyproject.toml requirements.lock
+# .venv-raydash: Ray's dashboard extras (ray[default]) for the local Ray heads of the job API
+# tests only (testing/ray.py, ray_head); in .venv they would load into every Ray of the suite.
+$(STAMP): pyproject.toml requirements.lock requirements-raydash.txt
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0 $(if $(PIP_TORCH_INDEX),--index-url $(PIP_TORCH_INDEX))
 	$(BIN)/pip install -q -c requirements.lock -e '.[dev]'
+	$(BIN)/pip install -q --no-deps --upgrade --target .venv-raydash -r requirements-raydash.txt
 	touch $(STAMP)
 
 # Each demo run gets its own name, so it trains from step 0 and keeps earlier checkpoints.

@@ -22,7 +22,7 @@ from generator.errors import InvalidInput, Problem
 from generator.names import label_value_problem
 from generator.problems import problems_from_validation
 from generator.telemetry import Telemetry
-from generator.units import CpuCount, Quantity, quantity_value
+from generator.units import CpuCount, Duration, Quantity, quantity_value
 from generator.yamlio import FieldPath, LineMap, line_of, load_document, read_input, refusal
 from runtime.pods import GpuHost
 
@@ -219,6 +219,9 @@ class Cluster(_Model):
     """Teams allowed on the cluster: folder name under jobs/ → namespace and queue."""
     code_store: str | None = Field(None, pattern=r"^(gs|s3|file)://\S+$")
     """Where `gkr submit` uploads packaged working directories (gs://, s3:// or file://)."""
+    raycluster_idle_after: Duration = "8h"
+    """A persistent RayCluster that runs no job this long holds its capacity for nothing:
+    its sentinel tells the owner (runtime.sentinel)."""
 
     def team_of_namespace(self, namespace: str) -> str | None:
         return next((t for t, team in self.teams.items() if team.namespace == namespace), None)

@@ -71,10 +71,9 @@ def _plan(job: ResolvedJob, role: Role) -> PodPlan:
 
 
 def _container(job: ResolvedJob, role: Role, on_gpu: bool) -> ContainerPlan:
-    if role == Role.SENTINEL:
-        address = f"{job.name}-head-svc.{job.namespace}.svc.cluster.local:6379"
+    if role == Role.SENTINEL:  # its identity and the telemetry store: gkr-ui lists its events
         return ContainerPlan(CONTAINER[role], job.image, SENTINEL_RESOURCES,
-                             command=["python", "-m", "runtime.sentinel", "--address", address])
+                             command=sentinel_command(job), env=_env(job, role, on_gpu))
     head = role == Role.HEAD
     return ContainerPlan(
         CONTAINER[role], job.image,
@@ -143,6 +142,15 @@ def _gate_env(job: ResolvedJob, role: Role) -> dict[str, str]:
         return {}
     return {Env.PREFLIGHT_GATE: literal_env(gate_settings(job)),
             Env.ENTRYPOINT: literal_env(job.spec.cmd or "")}
+
+
+def sentinel_command(job: ResolvedJob) -> list[str]:
+    """The sentinel asks the head's API on its dashboard port (a port of the job's own pods,
+    so its NetworkPolicy admits it) and tells the owner past the cluster's idle threshold."""
+    dashboard = f"http://{job.name}-head-svc.{job.namespace}.svc.cluster.local:{DASHBOARD_PORT}"
+    idle = parse_duration(job.cluster.raycluster_idle_after)
+    return ["python", "-m", "runtime.sentinel", "--dashboard", dashboard, "--name", job.name,
+            "--owner", job.spec.owner, "--idle-after", str(idle)]
 
 
 def shell_command(cmd: str | None) -> list[str]:

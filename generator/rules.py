@@ -89,20 +89,27 @@ def check_accelerator(ctx: Context) -> Iterator[Finding]:
 
 
 def check_gpus(ctx: Context) -> Iterator[Finding]:
-    spec, accel, pool = ctx.spec, ctx.accelerator, ctx.pool
+    spec, accel = ctx.spec, ctx.accelerator
     if accel is None:
         return
+    gpus = accel.gpus_per_node if spec.gpus is None else spec.gpus
+    yield from gpu_pod_findings(spec.pods, gpus, str(spec.accelerator), accel, ctx.pool)
+
+
+def gpu_pod_findings(pods: int, gpus: int, name: str, accel: Accelerator,
+                     pool: AcceleratorPool | None) -> Iterator[Finding]:
+    """`pods` GPU pods of `gpus` each on `name` nodes (of `pool`): what does not fit. Also
+    the limit of `gkr ray scale`, whose replicas are a RayCluster's pods."""
     per_node = accel.gpus_per_node
-    gpus = per_node if spec.gpus is None else spec.gpus
     if gpus == 0:
-        yield ("gpus",), f"0 GPUs on an {spec.accelerator} node wastes it; drop `accelerator`"
+        yield ("gpus",), f"0 GPUs on an {name} node wastes it; drop `accelerator`"
     elif gpus > per_node:
-        yield ("gpus",), f"{gpus} per pod, but an {spec.accelerator} node has {per_node}"
-    elif spec.pods > 1 and gpus != per_node:
+        yield ("gpus",), f"{gpus} per pod, but an {name} node has {per_node}"
+    elif pods > 1 and gpus != per_node:
         yield ("gpus",), (f"multi-node jobs take whole nodes: use {per_node} GPUs per pod "
                           f"(or pods: 1 for a partial node)")
-    if pool is not None and spec.pods > pool.nodes:
-        yield ("pods",), f"{spec.pods} pods, but {pool.node_pool} has {pool.nodes} nodes"
+    if pool is not None and pods > pool.nodes:
+        yield ("pods",), f"{pods} pods, but {pool.node_pool} has {pool.nodes} nodes"
 
 
 def check_pod_size(ctx: Context) -> Iterator[Finding]:

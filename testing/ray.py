@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,110 @@ def private_ray(**init: Any) -> Iterator[None]:
         ray.shutdown()
         if was_shared:
             shared_ray()
+
+
+# Ray's dashboard (its job API) needs ray[default]'s extras, which the project's environment
+# leaves out: with them installed every ray.init of the suite runs the full dashboard agent.
+# `make setup` puts them in this folder, and only a head started by `ray_head` imports them.
+DASHBOARD_DEPS = ROOT / ".venv-raydash"
+# `ray start` listens on fixed default ports (GCS 6379, client 10001, dashboard 8265, agent
+# 52365, …): each gets a free one here, so the head never meets another Ray on this machine.
+PORT_FLAGS = ("--port", "--dashboard-port", "--ray-client-server-port",
+              "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+              "--metrics-export-port", "--runtime-env-agent-port")
+
+
+def dashboard_missing() -> str | None:
+    """Why no local Ray head with a job API can start here (None: it can)."""
+    import importlib.util
+
+    if importlib.util.find_spec("aiohttp_cors") or (DASHBOARD_DEPS / "aiohttp_cors").is_dir():
+        return None
+    return (f"Ray's dashboard needs ray[default]'s extras: `make setup` installs them in "
+            f"{DASHBOARD_DEPS}")
+
+
+@dataclass(frozen=True)
+class LocalHead:
+    """A Ray head as a RayCluster's head pod runs it: `ray start --head --block`, no driver."""
+
+    url: str
+    """Its dashboard (the job API), http://127.0.0.1:PORT."""
+    gcs: str
+    """Its GCS address, HOST:PORT."""
+    pid: int
+    """The `ray start` process; the head's processes are its descendants."""
+
+    def processes(self, name: str) -> list[int]:
+        """The head's processes whose command line holds `name` (e.g. gcs_server)."""
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with suppress(OSError):
+                    parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                    children.setdefault(parent, []).append(int(entry.name))
+        found, todo = [], list(children.get(self.pid, []))
+        while todo:
+            pid = todo.pop()
+            todo += children.get(pid, [])
+            with suppress(OSError):
+                if name in Path(f"/proc/{pid}/cmdline").read_text():
+                    found.append(pid)
+        return found
+
+
+@contextmanager
+def ray_head(cpus: int = 2, start_s: float = 180) -> Iterator[LocalHead]:
+    """A local Ray head in a temporary folder of its own (its address file too, so a plain
+    `ray.init()` elsewhere never finds it); stopped, with its processes, after the block.
+
+    Token authentication is off (RAY_AUTH_MODE=disabled): a token left in ~/.ray by another
+    Ray would otherwise switch it on for this head only."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    import urllib.request
+
+    from testing.wait import wait_until
+
+    folder = tempfile.mkdtemp(prefix="gkr-ray-", dir="/tmp")  # short: Ray's socket paths
+    ports = {flag: _free_port() for flag in PORT_FLAGS}
+    argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
+            f"--temp-dir={folder}", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
+            "--include-dashboard=true", "--disable-usage-stats", f"--num-cpus={cpus}",
+            *(f"{flag}={port}" for flag, port in ports.items())]
+    path = os.pathsep.join(p for p in (str(DASHBOARD_DEPS), str(ROOT),
+                                       os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "RAY_AUTH_MODE": "disabled"}
+    log = Path(folder) / "start.log"  # a file, not a pipe: a full pipe would stall the head
+    with log.open("w") as output:
+        head = subprocess.Popen(argv, env=env, stdout=output, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{ports['--dashboard-port']}"
+
+    def healthy() -> bool:
+        if head.poll() is not None:
+            raise AssertionError(f"the Ray head exited: {log.read_text()[-2000:]}")
+        try:  # up as a head pod is ready: the GCS answers and the head's raylet is a node
+            with urllib.request.urlopen(f"{url}/api/v0/nodes?detail=false", timeout=5) as answer:
+                return '"ALIVE"' in answer.read().decode()
+        except OSError:
+            return False
+
+    try:
+        wait_until(healthy, start_s, "the Ray head's dashboard", interval=0.2)
+        yield LocalHead(url, f"127.0.0.1:{ports['--port']}", head.pid)
+    finally:
+        head.terminate()  # `ray start --block` drains and stops every process it started
+        head.wait(timeout=90)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

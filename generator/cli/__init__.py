@@ -13,6 +13,10 @@ from generator.cli import run  # noqa: F401  isort: skip
 from generator.cli import warden  # noqa: F401  isort: skip
 from generator.cli import platform  # noqa: F401  isort: skip
 from generator.cli import cluster  # noqa: F401  isort: skip
+from generator.cli import jobs  # noqa: F401  isort: skip
+from generator.cli import pods  # noqa: F401  isort: skip
+from generator.cli import check  # noqa: F401  isort: skip
+from generator.cli import ray  # noqa: F401  isort: skip
 from generator.cli import telemetry  # noqa: F401  isort: skip
 from generator.cli import ui  # noqa: F401  isort: skip
 from generator.cli import diagnose  # noqa: F401  isort: skip

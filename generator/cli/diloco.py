@@ -24,17 +24,8 @@ def keys(
     """Make the experiment's CURVE keys and create one Secret per part on its cluster: the
     synchroniser's (its secret key, the learners' public keys) and each learner's (its
     secret key, the synchroniser's public key). The keys never reach the repository."""
-    from generator.catalog import Catalog
-    from generator.cluster import SubmitRequest, prepare_all
-    from generator.cluster.diloco_keys import create_key_secrets
-    from generator.errors import BadRequest
+    from generator.cluster.diloco_keys import experiment_keys
     from generator.repo import find_root
-    from runtime.kube import Kube
 
-    root = find_root()
-    request = SubmitRequest(flags={}, spec_file=spec_file, root=root)
-    jobs = prepare_all(request, Catalog(root), upload=False)
-    if len(jobs) < 2:
-        raise BadRequest(f"{spec_file} has no diloco section: no keys to make")
-    for secret in create_key_secrets(jobs, Kube.connect, rotate):
+    for secret in experiment_keys(find_root(), spec_file, rotate):
         out_console.print(f"secret {secret.namespace}/{secret.name} on {secret.context}")

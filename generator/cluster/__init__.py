@@ -1,17 +1,24 @@
-"""GKR against a cluster: what `gkr submit/list/status/logs/...` do, on `runtime.kube`."""
+"""GKR against a cluster: what `gkr submit/list/status/logs/...` do, on `runtime.kube`.
 
-from generator.cluster.status import JobRow, JobStatus, PodRow, job_status, list_jobs
-from generator.cluster.submit import (
-    SubmitRequest,
+Each command of `generator.cli` builds one frozen request and calls one function here."""
+
+from generator.cluster.jobs import (
+    Deleted,
+    DeleteRequest,
+    LogsRequest,
     apply_all,
+    delete,
     delete_job,
     find_job,
-    manifests,
-    prepare,
-    prepare_all,
+    job_logs,
 )
+from generator.cluster.prepare import JobsRequest, Prepared, SpecFlags, manifests, prepare_jobs
+from generator.cluster.status import JobRow, JobStatus, PodRow, job_status, list_jobs
+from generator.cluster.submit import SubmitMode, SubmitOutcome, SubmitRequest, submit_job
 
 __all__ = [
-    "JobRow", "JobStatus", "PodRow", "SubmitRequest", "apply_all", "delete_job", "find_job",
-    "job_status", "list_jobs", "manifests", "prepare", "prepare_all",
+    "DeleteRequest", "Deleted", "JobRow", "JobStatus", "JobsRequest", "LogsRequest", "PodRow",
+    "Prepared", "SpecFlags", "SubmitMode", "SubmitOutcome", "SubmitRequest", "apply_all",
+    "delete", "delete_job", "find_job", "job_logs", "job_status", "list_jobs", "manifests",
+    "prepare_jobs", "submit_job",
 ]

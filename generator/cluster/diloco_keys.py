@@ -16,7 +16,9 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from generator.cluster.prepare import JobsRequest, prepare_jobs
 from generator.errors import BadRequest
 from generator.resolve import ResolvedJob
 from runtime.diloco.keys import SYNCHRONISER, experiment_files
@@ -83,3 +85,12 @@ def create_key_secrets(jobs: list[ResolvedJob], connect: Connect,
 def _exists(api: Kube, secret: KeySecret) -> bool:
     kind = api.kind("v1", "Secret")
     return api.find(kind, secret.name, namespace=secret.namespace) is not None
+
+
+def experiment_keys(root: Path, spec_file: Path, rotate: bool = False) -> list[KeySecret]:
+    """`gkr diloco keys SPEC`: the experiment's parts resolved from its spec, then
+    `create_key_secrets` on each part's cluster."""
+    jobs = prepare_jobs(JobsRequest(root, spec_file=spec_file)).jobs
+    if len(jobs) < 2:
+        raise BadRequest(f"{spec_file} has no diloco section: no keys to make")
+    return create_key_secrets(jobs, Kube.connect, rotate)

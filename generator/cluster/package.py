@@ -32,8 +32,12 @@ class FsspecStore:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix.rstrip("/")
 
+    def uri(self, name: str) -> str:
+        """Where an object named `name` is (and what the cluster reads)."""
+        return f"{self.prefix}/{name}"
+
     def put(self, name: str, data: bytes) -> str:
-        uri = f"{self.prefix}/{name}"
+        uri = self.uri(name)
         try:
             with fsspec.open(uri, "wb", auto_mkdir=True) as handle:
                 handle.write(data)

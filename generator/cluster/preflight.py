@@ -1,6 +1,5 @@
-"""The preflight from the generator's side: the `gkr check` Job on named nodes and reading its
-JSON result, and `gkr submit --wait`, which watches the result of the gate a RayJob runs in
-the cluster before its cmd (the gate itself is rendered by generator.pods)."""
+"""The preflight from the generator's side: expectations rendered from the accelerator catalog,
+the `gkr check` Job on named nodes, and reading the pods' JSON results."""
 
 from __future__ import annotations
 
@@ -117,6 +116,11 @@ def wait_running(api: Kube, namespace: str, job: str, expected: int, timeout_s: 
     if not placed:
         raise ToolFailed(f"{job}: pods not running after {timeout_s} s; see `gkr status {job}`")
     return placed
+
+
+def failed_nodes(results: list[dict[str, Any]]) -> list[str]:
+    """The nodes (or pods) whose preflight did not pass."""
+    return [str(r["node"]) for r in results if not r["passed"]]
 
 
 def wait_preflight(api: Kube, job: ResolvedJob, timeout_s: int,

@@ -6,17 +6,22 @@ Pure functions from the objects the API serves (dicts) to frozen rows; `job_stat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from generator.cluster.jobs import connect
+from generator.cluster.target import Asked, find_cluster
 from generator.kinds import KINDS
-from runtime.identity import Annotation, Label, selector
-from runtime.kube import POD, RAYCLUSTER, RAYJOB, WORKLOAD, Kind, Kube, NotFound, Obj
+from runtime.identity import Annotation, Label, Role, selector
+from runtime.kube import POD, RAYCLUSTER, RAYJOB, WORKLOAD, Kind, Kube, KubeError, NotFound, Obj
 from runtime.preflight.result import GateRecord
+from runtime.sentinel import last_report
 
 MANAGED = "app.kubernetes.io/managed-by=gkr"
+REPORT_LINES = 200  # of a sentinel's log: its report lines come at least every 5 minutes
 
 
 class _Row(BaseModel):
@@ -50,7 +55,10 @@ class JobStatus(_Row):
     admission: str
     pods: list[PodRow]
     pending: list[str]
-    preflight: GateRecord | None = None  # the gate's latest result (a RayJob's annotation)
+    sentinel: dict[str, Any] | None = None
+    """A RayCluster's: its sentinel's latest report (runtime.sentinel.HeadReport)."""
+    preflight: GateRecord | None = None
+    """A RayJob's: the preflight gate's latest result, as Warden recorded it."""
 
 
 def created(obj: Obj) -> datetime | None:
@@ -138,6 +146,13 @@ def preflight_record(obj: Obj) -> GateRecord | None:
         return None
 
 
+def preflight_line(record: GateRecord) -> str:
+    """One line of a gate's result: verdict, attempt, what the job does, what was measured."""
+    verdict = "PASSED" if record.passed else "FAILED"
+    return (f"{verdict} (attempt {record.attempt}/{record.attempts}, {record.at}; "
+            f"next: {record.next}): {record.message}")
+
+
 def job_status(api: Kube, namespace: str, name: str) -> JobStatus:
     """The status of a gkr job of any kind; NotFound when none has that name."""
     for kind in top_level(api):
@@ -149,7 +164,8 @@ def job_status(api: Kube, namespace: str, name: str) -> JobStatus:
 
 def _status(api: Kube, kind: Kind, obj: Obj) -> JobStatus:
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-    pods = [pod_row(p) for p in api.list(POD, namespace=namespace, labels=selector(job=name))]
+    listed = api.list(POD, namespace=namespace, labels=selector(job=name))
+    pods = [pod_row(p) for p in listed]
     events = api.events(namespace=namespace)
     try:
         workloads = api.list(WORKLOAD, namespace=namespace)
@@ -159,8 +175,25 @@ def _status(api: Kube, kind: Kind, obj: Obj) -> JobStatus:
         name=name, kind=kind.kind, namespace=namespace, phase=phase(kind, obj),
         created=created(obj), admission=admission(workloads, name), pods=pods,
         pending=pending_reasons(events, {name} | {p.name for p in pods}),
-        preflight=preflight_record(obj),
+        sentinel=sentinel_report(api, listed) if kind == RAYCLUSTER else None,
+        preflight=preflight_record(obj) if kind == RAYJOB else None,
     )
+
+
+def sentinel_report(api: Kube, pods: list[Obj]) -> dict[str, Any] | None:
+    """The latest report in the log of the RayCluster's running sentinel (None: no sentinel
+    running, or no report yet)."""
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get(Label.ROLE) != Role.SENTINEL or pod_row(pod).phase != "Running":
+            continue
+        try:
+            lines = list(api.logs(pod["metadata"]["name"], namespace=pod["metadata"]["namespace"],
+                                  tail=REPORT_LINES))
+        except KubeError:  # a log the kubelet cannot serve now: nothing to show
+            return None
+        return last_report(lines)
+    return None
 
 
 def top_level(api: Kube) -> list[Kind]:
@@ -179,3 +212,26 @@ def list_jobs(api: Kube, namespaces: list[str]) -> list[JobRow]:
                     owner=(obj["metadata"].get("annotations") or {}).get(Annotation.OWNER, ""),
                 ))
     return sorted(rows, key=lambda r: (r.namespace, r.name))
+
+
+@dataclass(frozen=True)
+class Listed:
+    """`gkr list`: the jobs gkr submitted to one cluster's namespaces."""
+
+    cluster: str
+    namespaces: list[str]
+    rows: list[JobRow]
+
+
+def list_in(asked: Asked) -> Listed:
+    """The jobs in `asked.namespace`, else in every team namespace of the cluster meant."""
+    _, found = find_cluster(asked)
+    namespaces = ([asked.namespace] if asked.namespace
+                  else sorted(t.namespace for t in found.teams.values()))
+    return Listed(found.name, namespaces, list_jobs(Kube.connect(found.kube_context), namespaces))
+
+
+def status_of(asked: Asked) -> JobStatus:
+    """`gkr status NAME`: the status of the job meant (generator.cluster.target)."""
+    target, api = connect(asked)
+    return job_status(api, target.namespace, str(asked.job))

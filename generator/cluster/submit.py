@@ -1,138 +1,168 @@
 """`gkr submit`: flags and/or a spec file -> the same spec model, defaults, templates and checks
-as `gkr render` -> server-side apply (or a dry run, or a GitOps branch)."""
+as `gkr render` -> server-side apply (or a dry run, or a GitOps branch). A RayJob's preflight
+runs in the cluster before its cmd (seed §2.4; generator.pods renders the gate), so nothing
+waits on the submitter's terminal; `--wait` only watches for the gate's result.
+
+`submit_job` is the whole workflow; what the user must see while it runs (applied objects,
+the gate's attempts) goes through `SubmitEvents`, which the command line implements and a
+caller without a terminal leaves silent.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
-
-from generator.catalog import Catalog
-from generator.cluster.package import FsspecStore, archive, local_folder
-from generator.errors import BadRequest, InvalidInput, Problem
-from generator.experiments import resolve_all
-from generator.kinds import KINDS, KindTraits, sentinel_name
-from generator.manifests import render_job
-from generator.paths import job_path
-from generator.resolve import ResolvedJob, resolve
-from generator.specs import LoadedSpec, load_spec, spec_from_flags
-from generator.tree import Tree
-from generator.validate import check_schemas
-from generator.yamlio import load_document, read_input, refusal
-from runtime.identity import Role
-from runtime.kube import DEPLOYMENT, Kube, Obj
+from generator.cluster.argocd import refuse_if_managed
+from generator.cluster.gitops import Submitted, referenced_env, submit_gitops
+from generator.cluster.jobs import applied_line, apply_all
+from generator.cluster.preflight import wait_preflight, wait_running
+from generator.cluster.prepare import JobsRequest, Prepared, prepare_jobs
+from generator.cluster.status import preflight_line
+from generator.errors import BadRequest, CheckFailed
+from generator.pods import gated
+from generator.resolve import ResolvedJob
+from runtime.kube import Kube, Obj
+from runtime.preflight.result import GateRecord
 
 
-class SubmitRequest(BaseModel):
-    """What the command line asked for, frozen at the boundary."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    flags: dict[str, Any]
-    """Spec fields given as flags (only those given); they override the spec file."""
-    spec_file: Path | None = None
-    """-f SPEC.yaml."""
-    root: Path
-    """Repository root (catalog, templates, jobs/)."""
+class SubmitMode(StrEnum):
+    APPLY = "apply"
+    DRY_RUN = "dry-run"
+    GITOPS = "gitops"
 
 
-def _env_flag(flags: dict[str, Any], from_file: bool, root: Path) -> dict[str, Any]:
-    """`--env FILE`: absolute for a spec file; inlined into `env` for a spec made of flags.
-    Paths stay as written (not resolved), so a symlink inside the repository that leads out
-    of it is still refused when the file is read (generator.yamlio.refusal)."""
-    if "env_file" not in flags:
-        return flags
-    path = Path(flags["env_file"]).expanduser().absolute()
-    if from_file:
-        return {**flags, "env_file": str(path)}
-    why = refusal(path, root, anywhere=True)
-    if why is not None:
-        raise InvalidInput([Problem("command line", None, "--env", f"{path}: {why}")])
-    data, _ = load_document(str(path), read_input(path, root, str(path), anywhere=True))
-    if not isinstance(data or {}, dict):
-        raise InvalidInput([Problem(str(path), 1, "", "an env file maps NAME: \"value\"")])
-    rest = {k: v for k, v in flags.items() if k != "env_file"}
-    return {**rest, "env": {**(data or {}), **flags.get("env", {})}}
+@dataclass(frozen=True)
+class SubmitRequest:
+    """What `gkr submit` was asked, frozen at the boundary."""
+
+    jobs: JobsRequest
+    """The spec file and/or spec fields given as flags."""
+    mode: SubmitMode = SubmitMode.APPLY
+    """Apply to the cluster, print the manifests only, or commit them on a branch."""
+    branch: str | None = None
+    """--gitops: the new branch (default gkr/submit-TEAM-NAME)."""
+    base: str | None = None
+    """--gitops: the commit the branch starts from (default HEAD)."""
+    wait: bool = False
+    """Watch a RayJob until its preflight gate has a result (CheckFailed if it failed)."""
+    timeout_s: int = 1800
+    """Seconds --wait watches."""
+    force: bool = False
+    """Apply even a job Argo CD manages."""
+
+    def __post_init__(self) -> None:
+        if (self.branch or self.base) and self.mode is not SubmitMode.GITOPS:
+            raise BadRequest("--branch and --base go with --gitops")
 
 
-def load(request: SubmitRequest) -> LoadedSpec:
-    flags = _env_flag(dict(request.flags), request.spec_file is not None, request.root)
-    if request.spec_file is not None:
-        return load_spec(request.spec_file.absolute(), request.root, flags)
-    return spec_from_flags(flags)
+class SubmitEvents(Protocol):
+    """What a submit tells its user while it runs."""
+
+    def say(self, line: str) -> None:
+        """A change made or a result: an object applied, the gate's verdict (stdout)."""
+
+    def note(self, line: str) -> None:
+        """A default taken, pods being placed, the gate's attempts (stderr)."""
 
 
-def local_working_dir(loaded: LoadedSpec, root: Path) -> Path | None:
-    """A working_dir that names a folder on this machine is packaged (not a path in the image);
-    only a folder inside the repository or the current directory (see `local_folder`)."""
-    value = loaded.spec.working_dir
-    if not value or "://" in value or "working_dir" not in loaded.source.flags:
-        return None
-    return local_folder(value, [root, Path.cwd()])
+class Silent:
+    """Events for a caller without a user: nothing said."""
+
+    def say(self, line: str) -> None:
+        pass
+
+    def note(self, line: str) -> None:
+        pass
 
 
-def prepare(request: SubmitRequest, catalog: Catalog, upload: bool) -> ResolvedJob:
-    """Resolve the job; a local working dir is zipped and (if `upload`) put in the code store."""
-    loaded = load(request)
-    folder = local_working_dir(loaded, request.root)
-    if folder is None:
-        return resolve(loaded, catalog)
-    flags = {**request.flags, "working_dir": str(folder)}
-    job = resolve(load(request.model_copy(update={"flags": flags})), catalog)
-    store_uri = job.cluster.code_store
-    if store_uri is None:
-        raise BadRequest(f"cluster {job.cluster.name} names no code_store; pass a --working-dir "
-                         "inside the image or add code_store to its catalog file")
-    store = FsspecStore(store_uri)
-    name, data = archive(folder, job.name)
-    flags["working_dir"] = store.put(name, data) if upload else f"{store.prefix}/{name}"
-    return resolve(load(request.model_copy(update={"flags": flags})), catalog)
+@dataclass(frozen=True)
+class SubmitOutcome:
+    """What a submit did: its jobs and manifests (a dry run prints them), what the server
+    holds after the apply, the --gitops commit, and with --wait the preflight gates' results."""
+
+    mode: SubmitMode
+    jobs: list[ResolvedJob]
+    manifests: list[list[Obj]]
+    applied: list[Obj] = field(default_factory=list)
+    commit: Submitted | None = None
+    preflight: list[GateRecord] = field(default_factory=list)
 
 
-def prepare_all(request: SubmitRequest, catalog: Catalog, upload: bool) -> list[ResolvedJob]:
-    """Every job of the request: the one job, or a DiLoCo experiment's synchroniser and
-    learners (`generator.experiments`), each bound for its own cluster."""
-    loaded = load(request)
-    if loaded.spec.diloco is None:
-        return [prepare(request, catalog, upload)]
-    if local_working_dir(loaded, request.root) is not None:
-        raise BadRequest("a DiLoCo experiment's learners run on several clusters, each with "
-                         "its own code store: give --working-dir as a gs:// URI or a path in "
-                         "the image")
-    return resolve_all(loaded, catalog)
+def submit_job(request: SubmitRequest, events: SubmitEvents | None = None) -> SubmitOutcome:
+    """The whole `gkr submit`; with --wait, raises CheckFailed after a failed preflight (the
+    job has acted on it by its own policy already)."""
+    events = events or Silent()
+    prepared = prepare_jobs(request.jobs)
+    for note in prepared.notes:
+        events.note(note)
+    if request.mode is SubmitMode.DRY_RUN:
+        return SubmitOutcome(request.mode, prepared.jobs, prepared.manifests)
+    if request.mode is SubmitMode.GITOPS:
+        return SubmitOutcome(request.mode, prepared.jobs, prepared.manifests,
+                             commit=_commit(request, prepared))
+    return _apply(request, prepared, events)
 
 
-def manifests(job: ResolvedJob, catalog: Catalog) -> list[Obj]:
-    """Rendered and checked against the schemas, exactly as `gkr validate` would."""
-    documents = render_job(job)
-    tree = Tree()
-    tree.add(job_path(job), documents, job.source)
-    problems = check_schemas(tree, catalog)
-    if problems:
-        raise InvalidInput(problems)
-    return documents
+def _commit(request: SubmitRequest, prepared: Prepared) -> Submitted:
+    if len(prepared.jobs) > 1:
+        raise BadRequest("--gitops commits one job; a DiLoCo experiment renders to several "
+                         "clusters: add its spec under jobs/<team>/, run `gkr render` and "
+                         "open a pull request with both")
+    job = prepared.jobs[0]
+    if prepared.package is not None:  # the job runs once merged: its code must be there then
+        prepared.package.upload()
+    env = request.jobs.flags.env_file
+    env_source = env.resolve() if env else referenced_env(job, request.jobs.spec_file)
+    return submit_gitops(request.jobs.root, job, env_source, request.branch, request.base)
 
 
-def find_job(api: Kube, name: str, namespace: str) -> tuple[KindTraits, Obj] | None:
-    """The top-level object of job `name` (any kind) and its kind's traits; None if absent."""
-    for traits in KINDS.values():
-        found = api.find(api.kind(traits.api_version, traits.object_kind), name,
-                         namespace=namespace)
-        if found is not None:
-            return traits, found
-    return None
+def _apply(request: SubmitRequest, prepared: Prepared, events: SubmitEvents) -> SubmitOutcome:
+    """Refuse Argo CD's jobs (before anything is uploaded), upload, apply, maybe watch."""
+    apis = [Kube.connect(job.cluster.kube_context) for job in prepared.jobs]
+    if not request.force:
+        for api, job in zip(apis, prepared.jobs, strict=True):
+            _refuse_managed(api, request, job)
+    if prepared.package is not None:
+        prepared.package.upload()
+    applied: list[Obj] = []
+    results: list[GateRecord] = []
+    for api, job, documents in zip(apis, prepared.jobs, prepared.manifests, strict=True):
+        for obj in apply_all(api, documents):
+            events.say(applied_line(obj))
+            applied.append(obj)
+        if gated(job):
+            events.note(f"the preflight runs in the cluster before the cmd; `gkr status "
+                        f"{job.name}` shows its result")
+            if request.wait:
+                results.append(_watch(api, job, request.timeout_s, events))
+    return SubmitOutcome(request.mode, prepared.jobs, prepared.manifests, applied,
+                         preflight=results)
 
 
-def delete_job(api: Kube, traits: KindTraits, name: str, namespace: str) -> None:
-    """Delete a job's top-level object and, for a RayCluster, its sentinel (the Deployment is
-    not owned by the RayCluster, so Kubernetes would not collect it)."""
-    if Role.SENTINEL in traits.roles and api.find(DEPLOYMENT, sentinel_name(name),
-                                                  namespace=namespace):
-        api.delete(DEPLOYMENT, sentinel_name(name), namespace=namespace)
-    api.delete(api.kind(traits.api_version, traits.object_kind), name, namespace=namespace)
+def _refuse_managed(api: Kube, request: SubmitRequest, job: ResolvedJob) -> None:
+    live = api.find(api.kind(job.traits.api_version, job.traits.object_kind), job.name,
+                    namespace=job.namespace)
+    refuse_if_managed(request.jobs.root, job.cluster.name, job.namespace, job.name, live,
+                      "apply")
 
 
-def apply_all(api: Kube, documents: list[Obj]) -> list[Obj]:
-    """Apply in order (the RayCluster before its sentinel); returns what the server holds."""
-    return [api.apply(document) for document in documents]
+def _watch(api: Kube, job: ResolvedJob, timeout_s: int, events: SubmitEvents) -> GateRecord:
+    """Seed §2.4, watched from here: the gate's final result; a failure is CheckFailed."""
+    record = wait_preflight(api, job, timeout_s, events.note)
+    events.say(f"preflight: {preflight_line(record)}")
+    if not record.passed:
+        raise CheckFailed(f"preflight of {job.name} failed: {record.message}")
+    return record
+
+
+def start_dev_pod(api: Kube, request: JobsRequest, timeout_s: int,
+                  events: SubmitEvents) -> list[Obj]:
+    """`gkr shell` on a name with no pods: a Job running the request's command until its
+    deadline, and its pod once it runs."""
+    prepared = prepare_jobs(request)
+    job = prepared.jobs[0]
+    for obj in apply_all(api, prepared.manifests[0]):
+        events.say(f"started development pod: {obj['kind']} {job.namespace}/{job.name}")
+    return wait_running(api, job.namespace, job.name, 1, timeout_s, events.note)

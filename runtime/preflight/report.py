@@ -17,7 +17,7 @@ import asyncio
 import os
 from typing import Protocol
 
-from runtime.identity import Env, Identity
+from runtime.identity import WARDEN_TEMPORAL_NAMESPACE, Env, Identity
 from runtime.kube import Unreachable
 from runtime.preflight.result import GateRecord
 
@@ -112,5 +112,6 @@ def reporter_from_env(task_queue: str, run_id: str) -> Reporter:
     address = os.environ.get(Env.TEMPORAL_ADDRESS)
     if not address:
         return LogReporter()
-    return WardenReporter(address, os.environ.get(Env.TEMPORAL_NAMESPACE, "default"), task_queue,
-                          Identity.from_env(), run_id, os.environ.get(RAYCLUSTER_ENV, ""))
+    namespace = os.environ.get(Env.TEMPORAL_NAMESPACE, WARDEN_TEMPORAL_NAMESPACE)
+    return WardenReporter(address, namespace, task_queue, Identity.from_env(), run_id,
+                          os.environ.get(RAYCLUSTER_ENV, ""))

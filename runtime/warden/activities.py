@@ -46,7 +46,7 @@ from runtime.warden.model import (
 )
 from runtime.warden.notify import kube_notifiers
 from runtime.warden.reservations import stamp
-from runtime.warden.shrink import shrink_patch
+from runtime.warden.shrink import shrink as shrink_raycluster
 from runtime.warden.triggers import trigger_node
 from runtime.warden.workloads import (
     classify_pods,
@@ -294,11 +294,7 @@ class WardenActivities:
     @activity.defn(name="warden.shrink")
     def shrink(self, request: ShrinkRequest) -> ShrinkOutcome:
         """Lower a RayCluster worker group once per request id (optimistic concurrency)."""
-        current = self.cluster.get_raycluster(request.namespace, request.cluster)
-        patch, outcome = shrink_patch(current, request)
-        if outcome.applied:
-            self.cluster.patch_raycluster(request.namespace, request.cluster, patch)
-        return outcome
+        return shrink_raycluster(self.cluster, request)
 
     @activity.defn(name="warden.preflight")
     async def preflight(self, report: PreflightReport) -> list[str]:

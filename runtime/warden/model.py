@@ -147,6 +147,18 @@ class ShrinkRequest:
 
 
 @dataclass(frozen=True)
+class ScaleRequest:
+    """A request from a researcher (`gkr ray scale`) to set a RayCluster worker group's
+    replicas; applied by the same patch as a shrink (runtime.warden.shrink)."""
+
+    request_id: str
+    namespace: str
+    cluster: str
+    group: str
+    replicas: int
+
+
+@dataclass(frozen=True)
 class ReservationSweep:
     """What one reservation sweep changed, as `node: detail` lines."""
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from generator.catalog import Catalog
-from generator.cluster import SubmitRequest, manifests, prepare
+from generator.cluster import JobsRequest, prepare_jobs
 from generator.render import render_tree
 from runtime.identity import Env
 from runtime.preflight.config import load_gate
@@ -35,8 +35,7 @@ def test_argo_synced_and_submitted_rayjobs_run_the_same_gate(repo, spec) -> None
                                                     "replacement_timeout": "10m"}))
     synced, _policy = render_tree(repo.root, use_cache=False).manifests[JOB_FILE.format("train")]
     catalog = Catalog(repo.root)
-    job = prepare(SubmitRequest(flags={}, spec_file=path, root=repo.root), catalog, upload=False)
-    submitted = manifests(job, catalog)[0]
+    submitted = prepare_jobs(JobsRequest(repo.root, spec_file=path)).manifests[0][0]
     assert submitted == synced
     assert synced["spec"]["entrypoint"] == GATE
     env = head_env(synced)

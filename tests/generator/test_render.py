@@ -121,7 +121,12 @@ def test_raycluster_has_a_sentinel(repo, spec) -> None:
     assert raycluster["kind"] == "RayCluster" and sentinel["kind"] == "Deployment"
     command = sentinel["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[:3] == ["python", "-m", "runtime.sentinel"]
-    assert "pool-head-svc.team-ml" in command[-1]
+    # It asks the head's API on the dashboard port, and knows whom to tell when idle.
+    flags = dict(zip(command[3::2], command[4::2], strict=True))
+    assert flags["--dashboard"].startswith("http://pool-head-svc.team-ml.svc")
+    assert flags["--dashboard"].endswith(":8265") and flags["--name"] == "pool"
+    assert flags["--owner"] == raycluster["metadata"]["annotations"]["gkr.dev/owner"]
+    assert int(flags["--idle-after"]) > 0  # the cluster catalog's raycluster_idle_after
 
 
 def test_render_check_reports_a_stale_tree_with_a_diff(repo, spec) -> None:

@@ -43,8 +43,8 @@ def test_warden_records_the_result_checks_the_suspect_and_replaces_its_pod(
     kube.put(raycluster(NS, RAYCLUSTER, workers=2, rayjob=JOB))
     address = temporal.client.service_client.config.target_host
     identity = Identity(namespace=NS, job=JOB, kind="rayjob")
-    reporter = WardenReporter(address, "default", warden.temporal.task_queue, identity,
-                              run_id="gate-1", raycluster=RAYCLUSTER)
+    reporter = WardenReporter(address, temporal.client.namespace, warden.temporal.task_queue,
+                              identity, run_id="gate-1", raycluster=RAYCLUSTER)
     record = failed_record()
 
     reporter.record(record)
