@@ -3,7 +3,7 @@ Recorder dumps land, and how pods and Fluent Bit reach the cluster's ClickHouse.
 
 One source for both ends of the pipe: every GPU job pod mounts its job's folder of the node
 folder `Telemetry.node_dir` (generator.pods) and writes its dumps there; Fluent Bit, on the
-same nodes, tails exactly `Telemetry.tail_globs` and posts the lines to `RAW_TABLE`
+same nodes, tails exactly `Telemetry.tail_globs` and posts the lines to `RECORDS_TABLE`
 (generator.platform.telemetry). The deployment facts are the catalog's
 (platform/catalog/gke.yaml, `telemetry`); the facts fixed by the runtime and upstream
 projects are the constants below.
@@ -21,10 +21,10 @@ from generator.units import Quantity
 from runtime.identity import Env
 from runtime.telemetry.ledger import LEDGER_DIR
 
-# The runtime's names (runtime/telemetry/store.py DATABASE, runtime/telemetry/inspector.py
-# RAW_TABLE, created by runtime/telemetry/schema/0002_nccl_raw.sql); a test checks they agree.
+# The runtime's names (runtime/telemetry/store.py DATABASE, runtime/telemetry/inspector_load.py
+# TABLE, created by runtime/telemetry/schema/0009_nccl_records.sql); a test checks they agree.
 DATABASE: Final = "telemetry"
-RAW_TABLE: Final = "nccl_raw"  # one JSON object per row; a materialized view types it
+RECORDS_TABLE: Final = "nccl_records"  # a record per row, typed by ClickHouse's JSON reader
 HTTP_PORT: Final = 8123  # ClickHouse's HTTP interface (reference/telemetry.md §5)
 INGEST_USER: Final = "ingest"  # writes rows (Fluent Bit, job pods) and runs the migrations
 READER_USER: Final = "reader"  # reads only (gkr ui, Grafana, agents)
@@ -109,9 +109,21 @@ class Telemetry(BaseModel):
                 r"(?:(?<run>[^/]+)/)?[^/]+\.log$")
 
 
+# How the records table's reader takes the nodes' lines: keys the table does not name (Fluent
+# Bit's own, a verbose record's traces) are skipped, and so is a line the reader cannot type
+# (none the plugin writes): Fluent Bit retries a refused request without limit, so one such
+# line would stop the node's records, where the string path of schema/0002 took it as a row of
+# defaults and left it out.
+RECORDS_INSERT_SETTINGS: Final = {"input_format_skip_unknown_fields": "1",
+                                  "input_format_allow_errors_ratio": "1"}
+
+
 def insert_uri() -> str:
-    """The HTTP request path that inserts NDJSON lines, one row each, into the raw table."""
-    return "/?" + urlencode({"query": f"INSERT INTO {DATABASE}.{RAW_TABLE} FORMAT JSONAsString"})
+    """The HTTP request path that inserts NDJSON lines, one typed row each, into the records
+    table: its reader parses each line once, into the record's typed columns."""
+    return "/?" + urlencode({
+        "query": f"INSERT INTO {DATABASE}.{RECORDS_TABLE} FORMAT JSONEachRow",
+        **RECORDS_INSERT_SETTINGS})
 
 
 def collective_env(plugin: str | None) -> dict[str, str]:

@@ -14,6 +14,7 @@ rows take a second or two to make and insert.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -149,3 +150,141 @@ def per_rank(ranks: np.ndarray, name: Any, count: int) -> pa.DictionaryArray:
                                return_inverse=True)
     return pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32)[ranks]),
                                           pa.array(distinct.tolist()))
+
+
+# --- a fleet's job, as NCCL Inspector reports it --------------------------------------------
+
+@dataclass(frozen=True)
+class FleetJob:
+    """One job over `nodes` nodes of GPUS_PER_NODE ranks, as NCCL Inspector reports it: a
+    tensor-parallel communicator per node (its 8 ranks) and a data-parallel one per local rank
+    (one rank of every node), so 10,240 ranks make 1,288 communicators. Each step (every
+    `step_s`) runs one AllGather in every tensor-parallel communicator and one AllReduce in
+    every data-parallel one. A sample's `rank` is the rank within its communicator; each
+    training rank's process is (its pod's name, pid 1000 + local rank), announced under its
+    global rank in `rank_processes` (`processes`), as the runtime announces it."""
+
+    run: str = "fleet"
+    nodes: int = 4
+    windows: int = 4
+    window_s: int = 30
+    step_s: int = 10
+    stragglers: tuple[Straggler, ...] = ()  # global ranks; windows counted from 0
+    noise_us: float = 400.0
+    seed: int = 0
+    start: datetime | None = None  # None: Run's (the last whole hour, an hour ago)
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * GPUS_PER_NODE
+
+    @property
+    def communicators(self) -> int:
+        return self.nodes + GPUS_PER_NODE
+
+    def t0(self) -> datetime:
+        return self.start or Run().t0()
+
+    def pod(self, rank: int) -> str:
+        return f"{self.run}-worker-{rank // GPUS_PER_NODE}"
+
+    def node(self, rank: int) -> str:
+        return f"gke-a3-node-{rank // GPUS_PER_NODE:04d}"
+
+    def processes(self) -> list[dict[str, Any]]:
+        """Every rank's announcement: its identity, host name and pid."""
+        return [{"ts": self.t0(), "cluster": "usc1-prod", "namespace": "team-llm", "team": "llm",
+                 "job": self.run, "kind": "rayjob", "run": self.run, "learner": "",
+                 "replica_group": -1, "rank": rank, "role": "worker", "pod": self.pod(rank),
+                 "node": self.node(rank), "hostname": self.pod(rank),
+                 "pid": 1000 + rank % GPUS_PER_NODE} for rank in range(self.ranks)]
+
+
+TP_GROUP = Group("", "TP", "AllGather", 16 << 20, 2_500.0)  # per node
+DP_GROUP = Group("", "DP", "AllReduce", 64 << 20, 9_000.0)  # per local rank
+
+
+def fleet_samples(job: FleetJob, windows_at_once: int = 4) -> Iterator[pa.Table]:
+    """The job's samples, `windows_at_once` windows a table (bounded memory at 10,000 ranks):
+    the arrival model of `samples`, per communicator and step."""
+    rng = np.random.default_rng(job.seed)
+    names = _FleetNames(job)
+    steps = job.window_s // job.step_s
+    for first in range(0, job.windows, windows_at_once):
+        windows = range(first, min(first + windows_at_once, job.windows))
+        ops = np.repeat(np.array(windows), steps) * steps + np.tile(np.arange(steps),
+                                                                     len(windows))
+        yield pa.concat_tables([
+            _fleet_group(job, names, rng, ops, group, tensor)
+            for tensor, group in ((True, TP_GROUP), (False, DP_GROUP))]).unify_dictionaries(
+        ).combine_chunks()
+
+
+class _FleetNames:
+    """Per global rank: its pod (also its host name) and node, as dictionary codes."""
+
+    def __init__(self, job: FleetJob) -> None:
+        nodes = np.arange(job.nodes)
+        self.pods = pa.array([f"{job.run}-worker-{n}" for n in nodes])
+        self.nodes = pa.array([f"gke-a3-node-{n:04d}" for n in nodes])
+        self.tp = pa.array([f"0xtp{n:05x}" for n in nodes])
+        self.dp = pa.array([f"0xdp{local:05x}" for local in range(GPUS_PER_NODE)])
+
+
+def _fleet_group(job: FleetJob, names: _FleetNames, rng: np.random.Generator, ops: np.ndarray,
+                 group: Group, tensor: bool) -> pa.Table:
+    """One kind of collective over all its communicators: samples of shape (op, node, local
+    rank), the communicators a node's 8 ranks (tensor) or every node's rank `local`."""
+    shape = (ops.size, job.nodes, GPUS_PER_NODE)
+    exec_us = _fleet_exec_us(job, rng, ops, group, tensor)
+    _, node, local = (np.broadcast_to(a, shape).ravel() for a in np.ix_(
+        np.arange(ops.size), np.arange(job.nodes), np.arange(GPUS_PER_NODE)))
+    size = exec_us.size
+    offset = (ops + (0.25 if tensor else 0.75)) * job.step_s * 1e6
+    ts = int(job.t0().timestamp() * 1e6) + np.repeat(offset.astype(np.int64), size // ops.size)
+    n_ranks = GPUS_PER_NODE if tensor else job.nodes
+    comm = pa.DictionaryArray.from_arrays(pa.array((node if tensor else local).astype(np.int32)),
+                                          names.tp if tensor else names.dp)
+    comm_names = pa.DictionaryArray.from_arrays(comm.indices, pa.array(
+        [f"{group.comm_name} {i}" for i in range(len(comm.dictionary))]))
+    algobw = group.msg_size_bytes / exec_us / 1e3
+    codes = pa.array(node.astype(np.int32))
+    return pa.table({
+        "ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
+        **{name: _constant(value, size) for name, value in (
+            ("cluster", "usc1-prod"), ("namespace", "team-llm"), ("team", "llm"),
+            ("job", job.run), ("kind", "rayjob"), ("run", job.run), ("learner", ""),
+            ("role", "worker"), ("source", "nccl_inspector"), ("coll", group.coll),
+            ("timing_source", "kernel_gpu"), ("algo", ""))},
+        "comm_id": comm, "comm_name": comm_names,
+        "replica_group": pa.array(np.full(size, -1, np.int32)),
+        "rank": pa.array((local if tensor else node).astype(np.int32)),  # in the communicator
+        "pod": pa.DictionaryArray.from_arrays(codes, names.pods),
+        "node": pa.DictionaryArray.from_arrays(codes, names.nodes),
+        "hostname": pa.DictionaryArray.from_arrays(codes, names.pods),
+        "n_ranks": pa.array(np.full(size, n_ranks, np.uint32)),
+        "nnodes": pa.array(np.full(size, 1 if tensor else job.nodes, np.uint32)),
+        "coll_sn": pa.array(np.repeat(ops + 1, size // ops.size).astype(np.uint64)),
+        "msg_size_bytes": pa.array(np.full(size, group.msg_size_bytes, np.uint64)),
+        "exec_time_us": pa.array(exec_us),
+        "algobw_gbs": pa.array(algobw),
+        "busbw_gbs": pa.array(algobw * 2 * (n_ranks - 1) / n_ranks),
+        "pid": pa.array((1000 + local).astype(np.uint32)),
+    })
+
+
+def _fleet_exec_us(job: FleetJob, rng: np.random.Generator, ops: np.ndarray, group: Group,
+                   tensor: bool) -> np.ndarray:
+    """Each sample's time, (op, node, local rank) flattened: the wait for the communicator's
+    last arrival, plus the transfer."""
+    shape = (ops.size, job.nodes, GPUS_PER_NODE)
+    arrival = rng.exponential(job.noise_us, shape)
+    window = ops // (job.window_s // job.step_s)
+    for straggler in job.stragglers:
+        slow = np.ones(ops.size, bool) if straggler.windows is None else np.isin(
+            window, straggler.windows)
+        node, local = divmod(straggler.rank, GPUS_PER_NODE)
+        arrival[slow, node, local] += straggler.delay_us
+    last = arrival.max(axis=2 if tensor else 1, keepdims=True)
+    jitter = np.abs(rng.normal(0.0, group.transfer_us * 0.01, shape))
+    return np.asarray((last - arrival + group.transfer_us + jitter).ravel())

@@ -6,9 +6,9 @@ one hour of 30 s windows with a training step every 10 s:
 
 * collectives: three collective groups over all ranks, one collective of each per step, in
   testing/synthetic.py's arrival model (a late rank has the shortest time). They are
-  written as NCCL Inspector records (NDJSON) and posted into `nccl_raw` as Fluent Bit posts
-  them (generator/telemetry.py; the view of schema/0002 types them, 0003 and 0004 roll them
-  up on insert), in bodies of the size `gkr telemetry ingest inspector` sends;
+  written as NCCL Inspector records (NDJSON) and posted into `nccl_records` as Fluent Bit
+  posts them (generator/telemetry.py; the JSON reader types them, the view of schema/0009 maps
+  them, 0003, 0004 and 0010 roll them up on insert), in bodies of BODY_BYTES;
 * training steps: one `train_steps` row per rank and step, in the rows and batches a rank's
   TelemetryWriter hands to the store.
 
@@ -49,8 +49,9 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from benchmarks.fleet import Figure, Fleet
 from benchmarks.telemetry import timed as best  # the best of N calls, and the last result
+from generator.telemetry import RECORDS_INSERT_SETTINGS, RECORDS_TABLE
 from runtime.identity import Identity
-from runtime.telemetry import inspector, stragglers
+from runtime.telemetry import stragglers
 from runtime.telemetry.store import Store
 from runtime.telemetry.writer import TelemetryWriter
 from testing.synthetic import Run, Straggler, samples
@@ -60,7 +61,7 @@ GOAL_S = 2.0  # issue 15: `gkr stragglers` over 10,000 ranks' hour
 RUN = "fleet-hour"
 STEP_S = 10
 CHUNK_WINDOWS = 4  # windows generated at a time: bounded memory at 10,000 ranks
-BODY_BYTES = 16 << 20  # one INSERT body, as runtime/telemetry/inspector.py sends them
+BODY_BYTES = 16 << 20  # one INSERT body
 # The rows a rank's writer hands to the store at once (its default batch).
 WRITER_BATCH: int = inspect.signature(TelemetryWriter).parameters["batch_rows"].default
 GKR = str(Path(sys.executable).with_name("gkr"))
@@ -242,7 +243,7 @@ def ingest(store: Store, hour: Hour) -> Ingested:
     for table in collective_chunks(hour):
         for body in bodies(inspector_lines(table, where)):
             started = time.perf_counter()
-            store.insert_raw(inspector.RAW_TABLE, "JSONAsString", body)
+            store.insert_raw(RECORDS_TABLE, "JSONEachRow", body, settings=RECORDS_INSERT_SETTINGS)
             seconds += time.perf_counter() - started
         rows += table.num_rows
     step_rows, step_seconds = 0, 0.0

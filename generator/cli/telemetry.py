@@ -156,19 +156,25 @@ def stragglers(
         "--window", "-w", help="Window length: 30s, 1m, 90 (seconds).")] = "30s",
     top: Annotated[int, typer.Option("--top", min=1,
                                      help="Ranks in the persistent-straggler table.")] = 10,
+    groups: Annotated[int, typer.Option(
+        "--groups", min=0, help="Collective groups per window in the table, those of largest "
+                                "skew first (0: every group).")] = 3,
     output: OutputOption = Output.table,
     dsn: DsnOption = None,
 ) -> None:
     """Find the ranks that arrive late at collectives (seed §8.3): per window and collective
     group the last arriver, the skew and the median rank's wait; then the ranks that arrive
-    last most often, with their pod and node. -o json gives every rank's waiting."""
+    last most often, with their pod and node. The table shows each window's groups of largest
+    skew; -o json gives every group and every rank's waiting."""
     from runtime.telemetry.store import Store, default_dsn
     from runtime.telemetry.stragglers import analyze
 
     window_s = parse_window(window)
+    table = output is Output.table
     with Store.connect(dsn or default_dsn()) as store:  # the table shows no rank's waiting
-        report = analyze(store, run, window_s, waiting=output is not Output.table)
-    if output is not Output.table:
+        report = analyze(store, run, window_s, waiting=not table,
+                         groups_per_window=groups if table and groups else None)
+    if not table:
         emit([report.as_dict()], output)
         return
     emit([_window_row(w) for w in report.windows], Output.table, WINDOW_COLUMNS,

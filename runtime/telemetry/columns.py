@@ -55,11 +55,22 @@ def schema_columns() -> dict[str, dict[str, str]]:
     for _, _, sql in migrations():
         text = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
         for table, body, _ in _TABLE.findall(text):
-            found[table] = {m.group(1): m.group(2) for m in map(_COLUMN.match, body.splitlines())
+            found[table] = {m.group(1): m.group(2) for m in map(_COLUMN.match, _lines(body))
                             if m}
         for table, body in _ALTER.findall(text):  # columns added by a later migration
             found[table] |= dict(_ADDED.findall(body))
     return found
+
+
+def _lines(body: str) -> list[str]:
+    """A table's column lines, a type written over several lines (a Tuple's) joined into one."""
+    joined: list[str] = []
+    for line in body.splitlines():
+        if joined and joined[-1].count("(") > joined[-1].count(")"):
+            joined[-1] += " " + line.strip()
+        else:
+            joined.append(line)
+    return joined
 
 
 @cache
@@ -111,6 +122,20 @@ def unwrap(kind: str) -> str:
         if not inner:
             return kind.strip()
         kind = inner.group(1).strip()
+
+
+def tuple_elements(kind: str) -> dict[str, str]:
+    """A named Tuple type's elements and their types: `Tuple(a String, b Nullable(Int64))`
+    -> {"a": "String", "b": "Nullable(Int64)"}."""
+    inner = kind.strip()[len("Tuple("):-1]
+    elements, depth, start = {}, 0, 0
+    for i, char in enumerate(inner + ","):
+        depth += (char == "(") - (char == ")")
+        if char == "," and depth == 0:
+            name, _, element = inner[start:i].strip().partition(" ")
+            elements[name] = element.strip()
+            start = i + 1
+    return elements
 
 
 def out_of_range(table: str, column: str, value: object) -> str | None:

@@ -2,8 +2,10 @@
 Flight Recorder dumps, tagged with a run, into the store.
 
 Every file is read and checked before anything is written, so a bad file (named with its line
-and field) leaves the store as it was. The parsers are imported when used: `gkr --help` imports
-this module for `Kind`.
+and field) leaves the store as it was. NCCL Inspector logs are read by the engine itself
+(runtime/telemetry/inspector_load.py); Flight Recorder dumps, pickles or JSON documents of
+one rank each, by Python. The parsers are imported when used: `gkr --help` imports this
+module for `Kind`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from runtime.errors import Category, RuntimeFailure
 from runtime.identity import Identity
 
 if TYPE_CHECKING:
-    from runtime.telemetry.inspector import InspectorLog
+    from runtime.telemetry.inspector_load import FileLoad
     from runtime.telemetry.store import Store
 
 
@@ -84,15 +86,14 @@ def _of_kind(kind: Kind, path: Path) -> bool:
 
 
 def _inspector(store: Store, files: list[Path], identity: Identity) -> Ingested:
-    from runtime.telemetry import inspector
+    from runtime.telemetry import inspector, inspector_load
 
-    logs = [inspector.read_log(path, identity) for path in files]
-    inspector.load(store, logs)
-    return Ingested([Loaded(str(log.path), "collectives", len(log.lines), _notes(log))
+    logs = inspector_load.load(store, files, identity)
+    return Ingested([Loaded(str(log.path), inspector.TABLE, log.rows, _notes(log))
                      for log in logs])
 
 
-def _notes(log: InspectorLog) -> str:
+def _notes(log: FileLoad) -> str:
     notes = []
     if log.stats:
         notes.append(f"{log.stats} dump_stats records")

@@ -1,12 +1,13 @@
-"""NCCL Inspector logs (`<dir>/<hostname>-pid<PID>.log`) into `collectives` rows.
+"""NCCL Inspector logs (`<dir>/<hostname>-pid<PID>.log`): what a line may be, checked in Python.
 
 The NCCL profiler plugin writes one JSON object per line (reference/telemetry.md §1; NVIDIA/nccl
-`plugins/profiler/inspector/inspector_json.cc`, format v4.x). Lines are checked here, so that a
-bad file is reported as `file:line: field: problem` before anything is written; the checked
-lines then go to the `nccl_raw` table as they are, with the run's identity added as top-level
-keys, and the materialized view of schema/0002_nccl_raw.sql turns them into `collectives` rows
-(`source = 'nccl_inspector'`). That view is the one mapping, shared with Fluent Bit's path in
-a cluster, so a file loaded here and a line posted from a node give the same row.
+`plugins/profiler/inspector/inspector_json.cc`, format v4.x). The store loads them through
+`nccl_records`, whose view writes `collectives` rows (`source = 'nccl_inspector'`;
+schema/0009_nccl_records.sql): Fluent Bit posts the nodes' lines there, and `gkr telemetry
+ingest` has the engine read the files (runtime/telemetry/inspector_load.py), so a file loaded
+here and a line posted from a node give the same row. The checks below are the reference of
+the engine's: it makes them as it loads, and `parse_line` names the file, line and field of a
+line the engine refused, as `file:line: field: problem`, before anything is written.
 
 What a line may be:
 * a `coll_perf` or `p2p_perf` record: one row each;
@@ -29,7 +30,7 @@ import json
 import os
 import re
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,13 +38,12 @@ from typing import TYPE_CHECKING, Any
 from runtime.errors import Category, RuntimeFailure
 from runtime.identity import Identity
 from runtime.telemetry import columns
-from runtime.telemetry.store import Store
 
 if TYPE_CHECKING:
     from runtime.telemetry.writer import TelemetryWriter
 
 FORMAT_MAJOR = "v4."  # inspector_output_format_version: "v4.0" in v2.28-v2.30, "v4.2" after
-RAW_TABLE = "nccl_raw"
+RAW_TABLE = "nccl_raw"  # schema/0002: records as strings, extracted by its view
 PROCESSES_TABLE = "rank_processes"  # schema/0006_global_ranks.sql
 # The view reads these top-level keys (schema/0002_nccl_raw.sql); the rest of the identity is
 # fixed there (an inspector rank is a communicator rank, not a training rank).
@@ -51,7 +51,6 @@ IDENTITY_KEYS = ("cluster", "namespace", "team", "job", "kind", "run", "pod", "n
 # json.cc writes doubles with "%lf" and NaN as "nan"; an infinite bandwidth (a zero-µs op)
 # comes out as a bare `inf`, which is not JSON: quoted, the view reads it as NULL like "nan".
 _BARE_INF = re.compile(rb'(?<=:)(-?inf)(?=[,}])')
-_CHUNK_BYTES = 16 << 20  # one INSERT body at most: bounded memory on the server side
 # A record is three levels deep (inspector_json.cc); ClickHouse's JSON functions stop at their
 # own depth limit, which would fail an insert half-way through a load.
 MAX_DEPTH = 16
@@ -137,16 +136,6 @@ def announce_process(writer: TelemetryWriter) -> None:
     identity, whose rank is global. A record's rank is the rank within its communicator; the
     straggler analysis finds the global rank through this row (schema/0006_global_ranks.sql)."""
     writer.write(PROCESSES_TABLE, {"hostname": socket.gethostname(), "pid": os.getpid()})
-
-
-def load(store: Store, logs: Sequence[InspectorLog]) -> int:
-    """Insert checked logs through `nccl_raw` (its view writes `collectives`); the rows. The
-    logs share their inserts (a job writes a small log per process, and an insert costs
-    tens of milliseconds whatever its size)."""
-    lines = [line for log in logs for line in log.lines]
-    for body in _chunks(lines):
-        store.insert_raw(RAW_TABLE, "JSONAsString", body)
-    return len(lines)
 
 
 def _json(text: str, where: str) -> Any:
@@ -247,16 +236,3 @@ def _dropped(stats: object, where: str) -> int:
         raise InspectorError(f"{where}: dump_stats: expected an object, got {stats!r}")
     counts = [stats.get(f"{p}_dropped_since_last_dump", 0) for p in ("coll", "p2p")]
     return sum(count for count in counts if isinstance(count, int))
-
-
-def _chunks(lines: list[bytes]) -> list[bytes]:
-    bodies, current, size = [], [], 0
-    for line in lines:
-        current.append(line)
-        size += len(line) + 1
-        if size >= _CHUNK_BYTES:
-            bodies.append(b"\n".join(current))
-            current, size = [], 0
-    if current:
-        bodies.append(b"\n".join(current))
-    return bodies

@@ -171,10 +171,12 @@ class Store:
                                            f"{why}")
         return str(single)
 
-    def command(self, sql: str, parameters: Mapping[str, Any] | None = None) -> None:
-        """Run one statement that returns no rows."""
+    def command(self, sql: str, parameters: Mapping[str, Any] | None = None,
+                settings: Mapping[str, Any] | None = None) -> None:
+        """Run one statement that returns no rows, with `settings` for it alone."""
         with self._errors(sql):
-            self.client.command(sql, parameters=dict(parameters or {}))
+            self.client.command(sql, parameters=dict(parameters or {}),
+                                settings=dict(settings or {}))
 
     def insert(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert rows given as mappings; the columns are the first row's keys."""
@@ -190,10 +192,13 @@ class Store:
         with self._errors(f"INSERT INTO {table}"):
             self.client.insert_arrow(table, arrow_table)
 
-    def insert_raw(self, table: str, fmt: str, data: bytes) -> None:
-        """Insert a body in a ClickHouse input format, e.g. NDJSON as `JSONAsString`."""
+    def insert_raw(self, table: str, fmt: str, data: bytes,
+                   settings: Mapping[str, Any] | None = None) -> None:
+        """Insert a body in a ClickHouse input format, e.g. NDJSON as `JSONAsString`, with
+        `settings` for this insert (its input format's, say)."""
         with self._errors(f"INSERT INTO {table} FORMAT {fmt}"):
-            self.client.raw_insert(table, insert_block=data, fmt=fmt)
+            self.client.raw_insert(table, insert_block=data, fmt=fmt,
+                                   settings=dict(settings or {}))
 
     def migrate(self) -> list[str]:
         """Apply the schema files not yet recorded, in order; the names applied now."""

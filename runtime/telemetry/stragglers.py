@@ -2,8 +2,10 @@
 
 The method is SQL in `sql/straggler_windows.sql` and `sql/straggler_ranks.sql`, so an engineer
 or an agent can run and refine it with `gkr telemetry sql`; this module picks the table those
-queries read (`sql/straggler_source.sql`: the 10-second buckets when they are complete and the
-window is a multiple of 10 s, else every sample; both give the same answer), runs both, and
+queries read (`sql/straggler_source.sql`: when they hold all of the run's samples, the
+30-second group buckets of migration 0010 for a window that is a multiple of 30 s, the
+10-second per-rank buckets of migration 0003 for another multiple of 10 s; else every sample;
+all give the same answer), runs both, and
 types the result for the CLI and gkr-ui. Ranks are global training ranks, also where a source
 such as NCCL Inspector gives ranks within communicators (see the SQL).
 """
@@ -19,8 +21,8 @@ from runtime.errors import Category, RuntimeFailure
 from runtime.telemetry.store import Store, describe, sql_file
 
 DEFAULT_WINDOW_S = 30
-BUCKET_S = 10  # the buckets of schema/0003_collective_buckets.sql
-BUCKETS, SAMPLES = "collective_buckets", "collective_samples"
+GROUP_BUCKET_S, BUCKET_S = 30, 10  # schema/0010_collective_groups.sql, 0003
+GROUPS, BUCKETS, SAMPLES = "collective_group_buckets", "collective_buckets", "collective_samples"
 PERSISTENT_SHARE = 0.5  # last in more than half of its groups: a persistent straggler (two
 # ranks of equal speed are each last in about half)
 
@@ -78,7 +80,7 @@ class StragglerReport:
 
     run: str
     window_s: int
-    source: str  # the table read: collective_buckets or collective_samples
+    source: str  # the table read: GROUPS, BUCKETS or SAMPLES
     windows: tuple[Window, ...]
     ranks: tuple[RankSummary, ...]
 
@@ -117,28 +119,53 @@ RankPicker = Callable[[Sequence[RankSummary]], Iterable[int]]
 
 
 def analyze(store: Store, run: str, window_s: int = DEFAULT_WINDOW_S, waiting: bool = True,
-            waiting_ranks: Iterable[int] | RankPicker | None = None) -> StragglerReport:
+            waiting_ranks: Iterable[int] | RankPicker | None = None,
+            groups_per_window: int | None = None) -> StragglerReport:
     """Run the straggler analysis of one run over windows of `window_s` seconds. The windows
     carry every rank's waiting (`Window.waiting_us`), which at thousands of ranks is most of
     the work: without `waiting`, none; with `waiting_ranks`, only those ranks' (given, or
-    picked from the ranks table, as gkr-ui picks the rows of its heatmap)."""
+    picked from the ranks table, as gkr-ui picks the rows of its heatmap). With
+    `groups_per_window`, each window keeps only that many of its groups, those of largest
+    skew (a fleet's 1,288 communicators make 1,288 groups a window); the ranks are the same."""
     if window_s < 1:
         raise BadWindow(f"window {window_s}s: must be at least 1 second")
     table = source(store, run, window_s)
-    parameters: dict[str, Any] = {"run": run, "window_s": window_s, "source": table}
+    # The SQL's per-rank branch reads `rows`, which must name a table of per-rank rows also
+    # when the group buckets are read (its condition on `source` is then false).
+    parameters: dict[str, Any] = {"run": run, "window_s": window_s, "source": table,
+                                  "rows": BUCKETS if table == GROUPS else table}
     ranks = tuple(RankSummary(**r) for r in
                   store.query(sql_file("straggler_ranks.sql"), parameters).dicts())
-    windows_sql = sql_file("straggler_windows.sql")
-    if not waiting:  # ClickHouse then never computes the column (see the file)
-        windows_sql = f"SELECT * EXCEPT (waiting_us) FROM (\n{windows_sql}\n)"
-    elif waiting_ranks is not None:
-        picked = waiting_ranks(ranks) if callable(waiting_ranks) else waiting_ranks
-        parameters["waiting_ranks"] = sorted(set(picked))
-        windows_sql = _waiting_of_some(windows_sql)
+    windows_sql = _windows_sql(parameters, ranks, waiting, waiting_ranks)
+    if groups_per_window is not None:
+        parameters["groups_per_window"] = groups_per_window
+        windows_sql = _largest_skews(windows_sql)
     windows = store.query(windows_sql, parameters).dicts()
     if not windows:
         raise _no_samples(store, run, "from two or more ranks of one group ")
     return StragglerReport(run, window_s, table, tuple(_window(w) for w in windows), ranks)
+
+
+def _windows_sql(parameters: dict[str, Any], ranks: Sequence[RankSummary], waiting: bool,
+                 waiting_ranks: Iterable[int] | RankPicker | None) -> str:
+    """The windows query with the waiting asked for (all, some ranks' or none)."""
+    windows_sql = sql_file("straggler_windows.sql")
+    if not waiting:  # ClickHouse then never computes the column (see the file)
+        return f"SELECT * EXCEPT (waiting_us) FROM (\n{windows_sql}\n)"
+    if waiting_ranks is not None:
+        picked = waiting_ranks(ranks) if callable(waiting_ranks) else waiting_ranks
+        parameters["waiting_ranks"] = sorted(set(picked))
+        return _waiting_of_some(windows_sql)
+    return windows_sql
+
+
+def _largest_skews(windows_sql: str) -> str:
+    """The windows query keeping in each window its {groups_per_window} groups of largest
+    skew, in the file's order."""
+    order = "comm_id, coll, msg_size_bytes, algo"
+    return (f"SELECT * FROM (SELECT * FROM (\n{windows_sql}\n) ORDER BY window_start, "
+            f"skew_us DESC, {order} LIMIT {{groups_per_window:UInt32}} BY window_start) "
+            f"ORDER BY window_start, {order}")
 
 
 def _waiting_of_some(windows_sql: str) -> str:
@@ -150,9 +177,12 @@ def _waiting_of_some(windows_sql: str) -> str:
 
 def source(store: Store, run: str, window_s: int) -> str:
     """The table the analysis of `run` reads (see sql/straggler_source.sql)."""
-    samples, bucketed = store.query(sql_file("straggler_source.sql"), {"run": run}).rows[0]
+    samples, bucketed, grouped = store.query(sql_file("straggler_source.sql"),
+                                             {"run": run}).rows[0]
     if not samples:
         raise _no_samples(store, run, "")
+    if samples == grouped and window_s % GROUP_BUCKET_S == 0:
+        return GROUPS
     return BUCKETS if samples == bucketed and window_s % BUCKET_S == 0 else SAMPLES
 
 

@@ -1,5 +1,6 @@
-"""NCCL Inspector logs, in the plugin's exact format, through `nccl_raw` and its view into
-`collectives` rows on a real chDB store; and the errors a bad log gives."""
+"""NCCL Inspector logs, in the plugin's exact format, loaded by the engine
+(runtime/telemetry/inspector_load.py) through `nccl_records` and its view into `collectives`
+rows on a real chDB store; the Python check of a line; and the errors a bad log gives."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from runtime.identity import Identity
-from runtime.telemetry import inspector
+from runtime.telemetry import inspector, inspector_load
 from runtime.telemetry.inspector import InspectorError
 from runtime.telemetry.store import Store
 
@@ -61,10 +62,14 @@ def _write(path: Path, *lines: str, end: str = "\n") -> Path:
     return path
 
 
-def _load(tmp_path: Path, *logs: inspector.InspectorLog) -> list[dict[str, Any]]:
+def _load(tmp_path: Path, *paths: Path, identity: Identity | None = None
+          ) -> list[dict[str, Any]]:
+    """The files loaded as `gkr telemetry ingest` loads them; the `collectives` rows."""
     with Store.connect(f"chdb://{tmp_path / 'store'}") as store:
-        assert inspector.load(store, logs) == sum(len(log.lines) for log in logs)
-        return store.query("SELECT * FROM collectives ORDER BY coll_sn").dicts()
+        loaded = inspector_load.load(store, paths, identity)
+        rows = store.query("SELECT * FROM collectives ORDER BY coll_sn").dicts()
+    assert sum(file.rows for file in loaded) == len(rows)
+    return rows
 
 
 def test_the_reference_record_reads_as_written(tmp_path: Path) -> None:
@@ -76,7 +81,7 @@ def test_the_reference_record_reads_as_written(tmp_path: Path) -> None:
 def test_the_reference_record_becomes_one_collectives_row(tmp_path: Path) -> None:
     line = _now(EXAMPLE)
     path = _write(tmp_path / "example-hostname-pid1639453.log", line)
-    [row] = _load(tmp_path, inspector.read_log(path, Identity(run="r1", cluster="usc1")))
+    [row] = _load(tmp_path, path, identity=Identity(run="r1", cluster="usc1"))
     stamp = json.loads(line)["metadata"]["dump_timestamp_us"]
     ts = row.pop("ts")  # the client gives the UTC column's value without a zone
     assert ts.replace(tzinfo=ts.tzinfo or UTC).timestamp() == pytest.approx(stamp / 1e6,
@@ -98,7 +103,7 @@ def test_p2p_nan_inf_and_verbose_records(tmp_path: Path) -> None:
     infinite = _now(EXAMPLE, coll_sn=1409, coll_exec_time_us=0).replace(
         '"coll_algobw_gbs":277.210914', '"coll_algobw_gbs":inf')
     path = _write(tmp_path / "h-pid1.log", _now(P2P), verbose, infinite)
-    send, full, zero = _load(tmp_path, inspector.read_log(path, Identity(run="r")))
+    send, full, zero = _load(tmp_path, path, identity=Identity(run="r"))
     assert (send["coll"], send["coll_sn"], send["msg_size_bytes"]) == ("Send", 12, 1048576)
     assert (send["comm_name"], send["rank"], send["n_ranks"], send["nnodes"]) == ("PP", 1, 2, 2)
     assert (send["algobw_gbs"], send["busbw_gbs"]) == (26.2144, None)  # "nan" -> NULL
@@ -108,8 +113,8 @@ def test_p2p_nan_inf_and_verbose_records(tmp_path: Path) -> None:
 
 def test_the_given_pod_wins_over_the_hostname(tmp_path: Path) -> None:
     path = _write(tmp_path / "h-pid1.log", _now(EXAMPLE))
-    [row] = _load(tmp_path, inspector.read_log(path, Identity(run="r", pod="trainer-w-0",
-                                                              node="gke-a3-1", job="llm")))
+    [row] = _load(tmp_path, path, identity=Identity(run="r", pod="trainer-w-0",
+                                                    node="gke-a3-1", job="llm"))
     assert (row["pod"], row["node"], row["job"], row["hostname"]) == (
         "trainer-w-0", "gke-a3-1", "llm", "example-hostname")
 
@@ -127,8 +132,10 @@ def test_dump_stats_records_give_no_row_and_report_drops(tmp_path: Path) -> None
     path = _write(tmp_path / "h-pid1.log", json.dumps(stats), newer)
     log = inspector.read_log(path)
     assert (len(log.lines), log.stats, log.dropped) == (1, 1, 7)
-    [row] = _load(tmp_path, log)
-    assert row["coll"] == "AllReduce"
+    with Store.connect(f"chdb://{tmp_path / 'store'}") as store:
+        [loaded] = inspector_load.load(store, [path])
+        [(coll,)] = store.query("SELECT coll FROM collectives").rows
+    assert (loaded.rows, loaded.stats, loaded.dropped, coll) == (1, 1, 7, "AllReduce")
 
 
 def test_an_unterminated_last_line_is_skipped_and_reported(tmp_path: Path) -> None:
@@ -142,7 +149,7 @@ def test_an_empty_log_gives_nothing(tmp_path: Path) -> None:
     path.write_bytes(b"")  # the plugin opens its file at start, before any dump
     log = inspector.read_log(path)
     assert (log.lines, log.truncated) == ([], False)
-    assert _load(tmp_path, log) == []
+    assert _load(tmp_path, path) == []
 
 
 def _broken(path: str, change: str) -> str:

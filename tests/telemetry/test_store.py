@@ -14,15 +14,18 @@ from runtime.identity import Identity
 from runtime.telemetry.store import Store, migrations, statements
 from runtime.telemetry.writer import Row, TelemetryWriter, utc_now
 
-# Tables that hold no rows of their own: the raw inspector records (a Null engine whose
-# materialized view writes `collectives`, identity included), the views, and the migrations'
+# Tables that hold no rows of their own: the inspector records (Null engines whose
+# materialized views write `collectives`, identity included), the views, and the migrations'
 # record.
-NOT_ROWS = {"nccl_raw", "nccl_raw_to_collectives", "collectives_to_buckets",
+NOT_ROWS = {"nccl_raw", "nccl_raw_to_collectives", "nccl_records", "nccl_records_to_collectives",
+            "collectives_to_buckets", "collective_buckets_to_groups",
             "collective_samples", "schema_migrations", "train_steps_to_members",
             "collectives_to_members", "fleet_summaries_to_members", "events_to_members",
             "train_steps_to_totals", "collectives_to_comm_members"}
-# Sums of other tables' rows (migrations 0003, 0004, 0006): they keep the keys that join them.
+# Sums of other tables' rows (migrations 0003, 0004, 0006, 0010): they keep the keys that join
+# them.
 DERIVED = {"collective_buckets": ("run", "rank", "pod", "node"),
+           "collective_group_buckets": ("run",),
            "run_members": ("run", "role", "rank", "pod", "node"), "train_step_totals": ("run",),
            "comm_members": ("run", "rank", "pod", "node")}
 IDENTITY_TYPES = {"replica_group": "Int32", "rank": "Int32"}  # the others: LowCardinality

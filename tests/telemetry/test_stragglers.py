@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runtime.telemetry import stragglers
-from runtime.telemetry.store import Store, sql_file
+from runtime.telemetry.store import Store, migrations, sql_file
 from runtime.telemetry.stragglers import NoSamples, analyze
 from testing.synthetic import DEFAULT_GROUPS, Group, Run, Straggler, samples
 from tests.telemetry.test_store import migrate_until
@@ -77,13 +77,16 @@ def test_a_group_seen_from_one_rank_is_left_out(store) -> None:
 
 def test_buckets_and_samples_give_the_same_answer(store) -> None:
     bucketed = analyze(store, RUN.run, 60)
-    assert bucketed.source == stragglers.BUCKETS
+    assert bucketed.source == stragglers.GROUPS
     raw = store.query(sql_file("straggler_windows.sql"),
-                      {"run": RUN.run, "window_s": 60, "source": stragglers.SAMPLES}).dicts()
+                      {"run": RUN.run, "window_s": 60, "source": stragglers.SAMPLES,
+                       "rows": stragglers.SAMPLES}).dicts()
     assert [(w["last_rank"], w["ranks"]) for w in raw] == \
         [(w.last_rank, w.ranks) for w in bucketed.windows]
     for row, window in zip(raw, bucketed.windows, strict=True):
         assert row["skew_us"] == pytest.approx(window.skew_us, rel=1e-9)
+    tens = analyze(store, RUN.run, 20)  # 10 s buckets, not 30 s ones
+    assert tens.source == stragglers.BUCKETS and len(_index(tens)) == RUN.windows * 3 // 2
     odd = analyze(store, RUN.run, 15)  # not a whole number of 10 s buckets: every sample
     assert odd.source == stragglers.SAMPLES and len(_index(odd)) == 2 * RUN.windows
 
@@ -92,6 +95,8 @@ def test_incomplete_buckets_fall_back_to_the_samples(tmp_path) -> None:
     run = replace(RUN, run="partial", windows=3, stragglers=(Straggler(PERSISTENT, 15_000.0),))
     with Store.connect(f"chdb://{tmp_path / 'store'}") as opened:
         opened.insert_arrow("collectives", samples(run))
+        opened.command("DELETE FROM collective_group_buckets WHERE comm_id = '0xtp02'")
+        assert analyze(opened, run.run, 30).source == stragglers.BUCKETS
         opened.command("DELETE FROM collective_buckets WHERE rank = 3")
         report = analyze(opened, run.run, 30)
     assert report.source == stragglers.SAMPLES and report.ranks[0].rank == PERSISTENT
@@ -103,11 +108,12 @@ def test_migrating_a_store_with_samples_fills_their_buckets(tmp_path) -> None:
     with Store.connect(f"chdb://{tmp_path / 'store'}", migrate=False) as opened:
         migrate_until(opened, 2)  # a store made before the buckets existed
         opened.insert_arrow("collectives", samples(run))
-        assert "0003_collective_buckets.sql" in opened.migrate()
-        assert stragglers.source(opened, run.run, 30) == stragglers.BUCKETS
-        opened.command("DELETE FROM schema_migrations WHERE version = 3")
+        applied = opened.migrate()
+        assert {"0003_collective_buckets.sql", "0010_collective_groups.sql"} <= set(applied)
+        assert stragglers.source(opened, run.run, 30) == stragglers.GROUPS
+        opened.command("DELETE FROM schema_migrations WHERE version IN (3, 10)")
         opened.migrate()  # a re-run skips the run it filled: no sample counted twice
-        assert stragglers.source(opened, run.run, 30) == stragglers.BUCKETS
+        assert stragglers.source(opened, run.run, 30) == stragglers.GROUPS
 
 
 def test_an_unknown_run_says_so_and_how_to_find_runs(store) -> None:
@@ -147,16 +153,17 @@ def test_waiting_is_fetched_for_the_chosen_ranks_only(store: Store) -> None:
 
 
 def test_both_queries_begin_with_the_same_steps() -> None:
-    """straggler_ranks.sql repeats straggler_windows.sql's first steps, keeping of the groups'
-    names only the communicator: one method, kept equal here."""
+    """straggler_ranks.sql repeats straggler_windows.sql's first steps: one method, kept equal
+    here; and both leave out the ranks migration 0010 leaves out."""
     def steps(name: str) -> str:
         text = sql_file(name)
         return text[text.index("WITH\n"):text.index("\ngroups AS\n")]
 
-    names = "any((comm_id, comm_name, coll, msg_size_bytes, algo)) AS names,"
-    windows = steps("straggler_windows.sql")
-    assert windows.count(names) == 2
-    assert windows.replace(names, "any(comm_id) AS comm,") == steps("straggler_ranks.sql")
+    assert steps("straggler_windows.sql") == steps("straggler_ranks.sql")
+    bound = "rank BETWEEN 0 AND 1048575"
+    schema = next(sql for _, name, sql in migrations() if name == "0010_collective_groups.sql")
+    assert bound in steps("straggler_windows.sql") and bound in schema
+    assert sql_file("straggler_source.sql").count(bound) == 2
 
 
 def test_migrating_a_store_with_samples_records_their_communicators(tmp_path: Path) -> None:

@@ -1,59 +1,49 @@
 -- Persistent stragglers (seed §8.3): across the windows of straggler_windows.sql, how often
 -- each rank arrived last and by how much, with the pod and node it ran on (its latest).
--- Parameters: as straggler_windows.sql: {run:String}, {window_s:UInt32}, {source:Identifier}.
+-- Parameters: as straggler_windows.sql: {run:String}, {window_s:UInt32}, {source:String},
+-- {rows:Identifier}.
 -- Columns: rank (global, as in straggler_windows.sql), pod, node, times_last (groups it was
 -- last in), groups (groups it was in), share_last, windows_last (windows it was last in, in
 -- any group), windows_seen (windows it took part in, counted in the communicator it took
 -- part in most), mean_skew_us and max_skew_us (the skew of the groups it was last in),
 -- mean_waiting_us (its own mean waiting over all its groups: small for a straggler).
 --
--- The steps up to `communicators` are straggler_windows.sql's (see there), but for the
--- group's names, of which only the communicator is kept. A (window, group) row holds its
--- ranks in arrays indexed by their rank in the communicator, so the arrays of one
--- communicator line up: each rank's figures are summed element-wise (-ForEach) over the
--- groups of a window and over the windows, per communicator; only these totals are unrolled
--- into rows, one per rank and communicator, and summed per global rank.
+-- The steps up to `groups` are straggler_windows.sql's (see there). A (window, group) row
+-- holds its ranks in arrays indexed by their rank in the communicator, so the arrays of one
+-- communicator line up: each rank's groups, windows and waiting are summed element-wise
+-- (-ForEach) over the groups of a window and over the windows, per communicator, and each
+-- group's last arriver is kept with its window and skew; only these are unrolled into rows,
+-- one per rank and communicator and one per group, and summed per global rank.
 WITH
-    64 AS small,
-    (SELECT (min(rank), max(rank) + 1) FROM {source:Identifier} WHERE run = {run:String})
-        AS rank_span,
-    rank_span.1 AS lo,
-    rank_span.2 AS hi,
-small_comms AS
-(
-    -- Tensor- or pipeline-parallel communicators, say (ranks below their size).
-    SELECT comm_id, max(n_ranks) AS size
-    FROM comm_members
-    WHERE run = {run:String}
-    GROUP BY comm_id
-    HAVING size BETWEEN 1 AND small AND max(rank) < size
-),
-    (SELECT max(size) FROM small_comms) AS small_hi,
 per_group AS
 (
-    -- Per (window, group): each rank's sums at index rank - first + 1.
+    -- Per (window, group): rank r's sample count and summed time at index r + 1.
     SELECT
         toStartOfInterval(bucket, toIntervalSecond({window_s:UInt32})) AS window_start,
-        cityHash64(comm_id, coll, msg_size_bytes, algo) AS group_key,
-        any(comm_id) AS comm,
-        toInt32(0) AS first,
-        sumResample(0, small_hi, 1)(exec_time_us_sum, rank) AS time_sums,
-        sumResample(0, small_hi, 1)(samples, rank) AS sample_counts
-    FROM {source:Identifier}
-    WHERE run = {run:String} AND small_hi > 0
-        AND comm_id IN (SELECT comm_id FROM small_comms)
-    GROUP BY window_start, group_key
+        comm_id, coll, msg_size_bytes, algo, any(comm_name) AS comm_name,
+        sumForEachMerge(sample_counts) AS counts,
+        sumForEachMerge(time_sums) AS sums
+    FROM collective_group_buckets
+    WHERE run = {run:String} AND {source:String} = 'collective_group_buckets'
+    GROUP BY window_start, comm_id, coll, msg_size_bytes, algo
     UNION ALL
     SELECT
-        toStartOfInterval(bucket, toIntervalSecond({window_s:UInt32})) AS window_start,
-        cityHash64(comm_id, coll, msg_size_bytes, algo) AS group_key,
-        any(comm_id) AS comm,
-        toInt32(ifNull(lo, 0)) AS first,
-        sumResample(lo, hi, 1)(exec_time_us_sum, rank) AS time_sums,
-        sumResample(lo, hi, 1)(samples, rank) AS sample_counts
-    FROM {source:Identifier}
-    WHERE run = {run:String} AND comm_id NOT IN (SELECT comm_id FROM small_comms)
-    GROUP BY window_start, group_key
+        window_start, comm_id, coll, msg_size_bytes, algo, any(name) AS comm_name,
+        groupArrayInsertAt(n, toUInt32(rank)) AS counts,
+        groupArrayInsertAt(t, toUInt32(rank)) AS sums
+    FROM
+    (
+        SELECT
+            toStartOfInterval(toDateTime(bucket), toIntervalSecond({window_s:UInt32}))
+                AS window_start,
+            comm_id, coll, msg_size_bytes, algo, rank, any(comm_name) AS name,
+            sum(samples) AS n, sum(exec_time_us_sum) AS t
+        FROM {rows:Identifier}
+        WHERE run = {run:String} AND {source:String} != 'collective_group_buckets'
+            AND rank BETWEEN 0 AND 1048575
+        GROUP BY window_start, comm_id, coll, msg_size_bytes, algo, rank
+    )
+    GROUP BY window_start, comm_id, coll, msg_size_bytes, algo
 ),
 processes AS
 (
@@ -70,12 +60,13 @@ member_ranks AS
            m.last_ts AS last_ts
     FROM comm_members AS m
     LEFT JOIN processes AS p ON p.hostname = m.hostname AND p.pid = m.pid
-    WHERE m.run = {run:String} AND m.rank >= 0
+    WHERE m.run = {run:String} AND m.rank BETWEEN 0 AND 1048575
 ),
 communicators AS
 (
-    -- The global rank of communicator rank r at index r + 1 (-1: none recorded).
-    SELECT comm_id, groupArrayInsertAt(toInt32(-1))(rank, toUInt32(comm_rank)) AS global_ranks
+    -- Each communicator rank's global rank, lined up with per_group's arrays: the global rank
+    -- of communicator rank r at index r + 1, r where none was recorded.
+    SELECT comm_id, groupArrayInsertAt(toInt32(-1))(rank, toUInt32(comm_rank)) AS recorded
     FROM member_ranks
     GROUP BY comm_id
 ),
@@ -83,9 +74,9 @@ groups AS
 (
     -- Absent ranks get +inf (never the smallest) and count for nothing below.
     SELECT
-        window_start, comm AS comm_id, first,
-        arrayMap(n -> n > 0, sample_counts) AS seen,
-        arrayMap((t, n) -> if(n > 0, t / n, inf), time_sums, sample_counts) AS e,
+        window_start, comm_id,
+        arrayMap(n -> n > 0, counts) AS seen,
+        arrayMap((t, n) -> if(n > 0, t / n, inf), sums, counts) AS e,
         arrayMin(e) AS transfer_us,
         arrayMax(arrayMap((x, s) -> if(s, x, -inf), e, seen)) - transfer_us AS skew_us,
         indexOf(e, transfer_us) AS last,
@@ -96,57 +87,65 @@ groups AS
 ),
 per_window AS
 (
+    -- Per communicator and window: its ranks' groups and waiting, and each group's last
+    -- arriver (its index in the arrays) with the group's skew.
     SELECT
-        comm_id, window_start, any(first) AS first,
-        sumForEach(is_last) AS last_n,
+        comm_id, window_start,
         sumForEach(seen) AS seen_n,
-        sumForEach(skew_if_last) AS skew_sum,
-        maxForEach(skew_if_last) AS skew_max,
         sumForEach(arrayMap((x, s) -> if(s, x - transfer_us, 0), e, seen)) AS wait_sum,
-        groupUniqArray(last) AS lasts
+        groupArray((last, skew_us, window_start)) AS lasts
     FROM groups
     GROUP BY comm_id, window_start
 ),
 per_comm AS
 (
     SELECT
-        comm_id, any(first) AS first,
-        sumForEach(last_n) AS comm_times_last, sumForEach(seen_n) AS comm_groups,
+        comm_id,
+        sumForEach(seen_n) AS comm_groups,
         sumForEach(arrayMap(n -> n > 0, seen_n)) AS comm_windows_seen,
-        sumForEach(skew_sum) AS comm_skew_sum, maxForEach(skew_max) AS comm_max_skew,
         sumForEach(wait_sum) AS comm_wait_sum,
-        -- (index of a last arriver, window): for the windows a rank was last in in any of
-        -- its communicators.
-        arrayFlatten(groupArray(arrayMap(l -> (l, window_start), lasts))) AS last_in
+        groupArrayArray(lasts) AS last_in
     FROM per_window
     GROUP BY comm_id
 ),
-comm_ranks AS
+facts AS
 (
-    -- The global ranks lined up with per_comm's arrays.
+    -- One tuple per communicator rank (kind 0: its groups, windows and waiting) and one per
+    -- group (kind 1: its last arriver, window and skew), under their global ranks: a single
+    -- ARRAY JOIN unrolls both, and the communicator's arrays are not copied onto every row.
     SELECT
-        p.*,
-        arrayMap((g, i) -> if(g >= 0, g, toInt32(first + i - 1)),
-                 arraySlice(arrayResize(c.global_ranks, first + length(comm_groups),
-                                        toInt32(-1)), first + 1, length(comm_groups))
-                     AS recorded,
-                 arrayEnumerate(recorded)) AS global
-    FROM per_comm AS p
-    LEFT JOIN communicators AS c ON c.comm_id = p.comm_id
+        arrayConcat(
+            arrayMap((g, n, w, s) -> (g, 0, n, w, s, toDateTime(0, 'UTC')), global,
+                     comm_groups, comm_windows_seen, comm_wait_sum),
+            arrayMap(l -> (global[l.1], 1, toUInt64(0), toUInt64(0), l.2, l.3), last_in)
+        ) AS items
+    FROM
+    (
+        -- The global ranks lined up with per_comm's arrays.
+        SELECT
+            p.comm_id, p.comm_groups, p.comm_windows_seen, p.comm_wait_sum, p.last_in,
+            arrayMap((g, i) -> if(g >= 0, g, toInt32(i - 1)),
+                     arrayResize(c.recorded, length(comm_groups), toInt32(-1)) AS padded,
+                     arrayEnumerate(padded)) AS global
+        FROM per_comm AS p
+        LEFT JOIN communicators AS c ON c.comm_id = p.comm_id
+    )
 ),
 per_rank AS
 (
     SELECT
-        rank, sum(comm_times_last) AS times_last, sum(comm_groups) AS groups,
-        length(groupUniqArrayArray(arrayMap(l -> l.2, arrayFilter(l -> l.1 = i, last_in))))
-            AS windows_last,
-        max(comm_windows_seen) AS windows_seen, sum(comm_skew_sum) AS skew_sum,
-        max(comm_max_skew) AS max_skew_us, sum(comm_wait_sum) AS wait_sum
-    FROM comm_ranks
-    ARRAY JOIN global AS rank, arrayEnumerate(global) AS i, comm_times_last, comm_groups,
-               comm_windows_seen, comm_skew_sum, comm_max_skew, comm_wait_sum
-    WHERE comm_groups > 0
+        item.1 AS rank,
+        countIf(item.2 = 1) AS times_last,
+        sumIf(item.3, item.2 = 0) AS groups,
+        uniqExactIf(item.6, item.2 = 1) AS windows_last,
+        maxIf(item.4, item.2 = 0) AS windows_seen,
+        sumIf(item.5, item.2 = 1) AS skew_sum,
+        maxIf(item.5, item.2 = 1) AS max_skew_us,
+        sumIf(item.5, item.2 = 0) AS wait_sum
+    FROM facts
+    ARRAY JOIN items AS item
     GROUP BY rank
+    HAVING groups > 0
 ),
 placement AS
 (

@@ -8,65 +8,57 @@
 -- Ranks are global training ranks. A source may give a process's rank within the
 -- communicator (NCCL Inspector does): it becomes the rank the process that wrote it announced
 -- (by host name and pid, schema/0006_global_ranks.sql); a process that announced none keeps
--- the source's rank.
--- Parameters: {run:String}, {window_s:UInt32}, {source:Identifier}: collective_buckets (the
--- samples summed per 10 s: for windows that are multiples of 10 s, once a run's buckets hold
--- all its samples; see straggler_source.sql) or collective_samples (every sample).
+-- the source's rank. Ranks outside [0, 2^20) are left out (schema/0010_collective_groups.sql).
+-- Parameters: {run:String}, {window_s:UInt32}, {source:String}, {rows:Identifier}: the source
+-- is collective_group_buckets (the samples summed per 30 s and group: for windows that are
+-- multiples of 30 s, once a run's group buckets hold all its samples; see
+-- straggler_source.sql), read by the first branch of `per_group`, or a table of per-rank rows,
+-- read by the second: collective_buckets (summed per 10 s and rank: for other multiples of
+-- 10 s) or collective_samples (every sample). `rows` names the per-rank table, and must be one
+-- also when the group buckets are read (collective_buckets, say).
 -- Columns: window_start, comm_id, comm_name, coll, msg_size_bytes, algo, ranks, last_rank,
 -- transfer_us, skew_us, wait_p50_us (the median rank's waiting), waiting_us
 -- (Array(Tuple(rank, waiting)) in rank order; leave the column out when not needed, e.g.
 -- `SELECT * EXCEPT (waiting_us) FROM (…)`, and it is never computed: at 10,000 ranks it is
 -- most of the time).
 --
--- How, for speed (benchmarks/fleet/stragglers.py: 10,000 ranks, an hour of 30 s windows):
--- each (window, group) is one row holding its ranks' sums in arrays indexed by their rank in
--- the communicator (-Resample), not a hash table of window x group x rank. Communicators of
--- up to 64 ranks are summed apart, into arrays as long as the largest of them, so that a
--- thousand tensor-parallel groups of 8 do not each hold an array as long as the data-parallel
--- communicator. The group is grouped on by a hash of its four columns, which ClickHouse
--- aggregates several times faster than the columns. Global ranks are looked up per group,
--- not per sample. straggler_ranks.sql begins with the same steps (a test keeps them equal).
+-- How, for speed (benchmarks/telemetry.py: 10,240 ranks in 1,288 communicators, an hour of
+-- 30 s windows): each (window, group) is one row holding its ranks' sums in arrays indexed by
+-- their rank in the communicator, merged from the group buckets' arrays (or, from per-rank
+-- rows, put at their index by groupArrayInsertAt), not a hash table of window x group x
+-- rank. Only one branch of `per_group` reads rows: the other's condition on {source} is false.
+-- Global ranks are looked up per group, not per sample. straggler_ranks.sql begins with the
+-- same steps (a test keeps them equal).
 WITH
-    64 AS small,
-    (SELECT (min(rank), max(rank) + 1) FROM {source:Identifier} WHERE run = {run:String})
-        AS rank_span,
-    rank_span.1 AS lo,
-    rank_span.2 AS hi,
-small_comms AS
-(
-    -- Tensor- or pipeline-parallel communicators, say (ranks below their size).
-    SELECT comm_id, max(n_ranks) AS size
-    FROM comm_members
-    WHERE run = {run:String}
-    GROUP BY comm_id
-    HAVING size BETWEEN 1 AND small AND max(rank) < size
-),
-    (SELECT max(size) FROM small_comms) AS small_hi,
 per_group AS
 (
-    -- Per (window, group): each rank's sums at index rank - first + 1.
+    -- Per (window, group): rank r's sample count and summed time at index r + 1.
     SELECT
         toStartOfInterval(bucket, toIntervalSecond({window_s:UInt32})) AS window_start,
-        cityHash64(comm_id, coll, msg_size_bytes, algo) AS group_key,
-        any((comm_id, comm_name, coll, msg_size_bytes, algo)) AS names,
-        toInt32(0) AS first,
-        sumResample(0, small_hi, 1)(exec_time_us_sum, rank) AS time_sums,
-        sumResample(0, small_hi, 1)(samples, rank) AS sample_counts
-    FROM {source:Identifier}
-    WHERE run = {run:String} AND small_hi > 0
-        AND comm_id IN (SELECT comm_id FROM small_comms)
-    GROUP BY window_start, group_key
+        comm_id, coll, msg_size_bytes, algo, any(comm_name) AS comm_name,
+        sumForEachMerge(sample_counts) AS counts,
+        sumForEachMerge(time_sums) AS sums
+    FROM collective_group_buckets
+    WHERE run = {run:String} AND {source:String} = 'collective_group_buckets'
+    GROUP BY window_start, comm_id, coll, msg_size_bytes, algo
     UNION ALL
     SELECT
-        toStartOfInterval(bucket, toIntervalSecond({window_s:UInt32})) AS window_start,
-        cityHash64(comm_id, coll, msg_size_bytes, algo) AS group_key,
-        any((comm_id, comm_name, coll, msg_size_bytes, algo)) AS names,
-        toInt32(ifNull(lo, 0)) AS first,
-        sumResample(lo, hi, 1)(exec_time_us_sum, rank) AS time_sums,
-        sumResample(lo, hi, 1)(samples, rank) AS sample_counts
-    FROM {source:Identifier}
-    WHERE run = {run:String} AND comm_id NOT IN (SELECT comm_id FROM small_comms)
-    GROUP BY window_start, group_key
+        window_start, comm_id, coll, msg_size_bytes, algo, any(name) AS comm_name,
+        groupArrayInsertAt(n, toUInt32(rank)) AS counts,
+        groupArrayInsertAt(t, toUInt32(rank)) AS sums
+    FROM
+    (
+        SELECT
+            toStartOfInterval(toDateTime(bucket), toIntervalSecond({window_s:UInt32}))
+                AS window_start,
+            comm_id, coll, msg_size_bytes, algo, rank, any(comm_name) AS name,
+            sum(samples) AS n, sum(exec_time_us_sum) AS t
+        FROM {rows:Identifier}
+        WHERE run = {run:String} AND {source:String} != 'collective_group_buckets'
+            AND rank BETWEEN 0 AND 1048575
+        GROUP BY window_start, comm_id, coll, msg_size_bytes, algo, rank
+    )
+    GROUP BY window_start, comm_id, coll, msg_size_bytes, algo
 ),
 processes AS
 (
@@ -83,46 +75,37 @@ member_ranks AS
            m.last_ts AS last_ts
     FROM comm_members AS m
     LEFT JOIN processes AS p ON p.hostname = m.hostname AND p.pid = m.pid
-    WHERE m.run = {run:String} AND m.rank >= 0
+    WHERE m.run = {run:String} AND m.rank BETWEEN 0 AND 1048575
 ),
 communicators AS
 (
-    -- The global rank of communicator rank r at index r + 1 (-1: none recorded).
-    SELECT comm_id, groupArrayInsertAt(toInt32(-1))(rank, toUInt32(comm_rank)) AS global_ranks
+    -- Each communicator rank's global rank, lined up with per_group's arrays: the global rank
+    -- of communicator rank r at index r + 1, r where none was recorded.
+    SELECT comm_id, groupArrayInsertAt(toInt32(-1))(rank, toUInt32(comm_rank)) AS recorded
     FROM member_ranks
     GROUP BY comm_id
 ),
 groups AS
 (
     SELECT
-        window_start, names.1 AS comm_id, names.2 AS comm_name, names.3 AS coll,
-        names.4 AS msg_size_bytes, names.5 AS algo, first, sample_counts,
-        c.global_ranks AS global_ranks,
-        arrayFilter((x, n) -> n > 0, arrayMap((t, n) -> t / n, time_sums, sample_counts),
-                    sample_counts) AS e,
+        window_start, comm_id, comm_name, coll, msg_size_bytes, algo,
+        arrayMap((g, i) -> if(g >= 0, g, toInt32(i - 1)),
+                 arrayResize(c.recorded, length(counts), toInt32(-1)) AS padded,
+                 arrayEnumerate(padded)) AS global_ranks,
+        arrayFilter((x, n) -> n > 0, arrayMap((t, n) -> t / n, sums, counts), counts) AS e,
+        arrayFilter((r, n) -> n > 0, global_ranks, counts) AS seen_ranks,
         length(e) AS ranks,
-        arrayMin(e) AS transfer_us,
-        first - 1 + arrayFilter((i, n) -> n > 0, arrayEnumerate(sample_counts),
-                                sample_counts)[indexOf(e, transfer_us)] AS last_in_comm
+        arrayMin(e) AS transfer_us
     FROM per_group AS g
-    LEFT JOIN communicators AS c ON c.comm_id = g.names.1
+    LEFT JOIN communicators AS c ON c.comm_id = g.comm_id
     WHERE ranks > 1
 )
 SELECT
     window_start, comm_id, comm_name, coll, msg_size_bytes, algo, ranks,
-    if(last_in_comm < length(global_ranks) AND global_ranks[last_in_comm + 1] >= 0,
-       global_ranks[last_in_comm + 1], last_in_comm) AS last_rank,
+    seen_ranks[indexOf(e, transfer_us)] AS last_rank,
     transfer_us,
     arrayMax(e) - transfer_us AS skew_us,
     arrayReduce('quantileExact(0.5)', e) - transfer_us AS wait_p50_us,
-    -- The global ranks lined up with sample_counts, of the ranks seen.
-    arraySort(arrayMap(
-        (r, x) -> (r, x - transfer_us),
-        arrayFilter((g, n) -> n > 0, arrayMap(
-            (g, i) -> if(g >= 0, g, toInt32(first + i - 1)),
-            arraySlice(arrayResize(global_ranks, first + length(sample_counts), toInt32(-1)),
-                       first + 1, length(sample_counts)) AS lined_up,
-            arrayEnumerate(lined_up)), sample_counts),
-        e)) AS waiting_us
+    arraySort(arrayMap((r, x) -> (r, x - transfer_us), seen_ranks, e)) AS waiting_us
 FROM groups
 ORDER BY window_start, comm_id, coll, msg_size_bytes, algo
