@@ -336,7 +336,7 @@ def straggler_figures(dsn: str, run: Run, repeat: int) -> None:
     assert f"rank {injected} " in out.strip().splitlines()[-1], out[-500:]
     print(f"   gkr stragglers (fresh process, piped)   {cli:6.2f} s   goal < 1 s: "
           f"{verdict(cli, QUERY_GOAL, True)}")
-    print(f"   analysis alone, 10 s buckets            {alone:6.2f} s   ({report.source})")
+    print(f"   analysis alone, 30 s group buckets      {alone:6.2f} s   ({report.source})")
     print(f"   same SQL on every sample (before 0003)  {raw:6.2f} s")
     print(f"   pandas over the fetched samples         {pandas:6.2f} s")
     print(f"   command / pandas: {pandas / cli:.1f}x faster; buckets / samples: "
@@ -392,7 +392,7 @@ def fleet_figures(dsn: str, nodes: int, windows: int, repeat: int) -> None:
     assert report.conclusion() in " ".join(out.split()), out[-500:]
     print(f"   gkr stragglers (fresh process, piped)   {cli:6.2f} s   goal < 1 s: "
           f"{verdict(cli, QUERY_GOAL, True)}")
-    print(f"   analysis alone ({report.source})  {alone:6.2f} s")
+    print(f"   {'analysis alone (' + report.source + ')':<40}{alone:6.2f} s")
     print(f"   same SQL over every sample              {every:6.2f} s")
     print(f"   {report.conclusion()}")
 

@@ -39,12 +39,15 @@ READER_PROFILE = "reader"
 # Ingest writes rows and runs the runtime's schema migrations (runtime/telemetry/schema), which
 # create the database, tables and views, add columns and change a view's query, on every node
 # (ON CLUSTER needs the CLUSTER grant); `gkr telemetry ingest` stages files in temporary
-# tables. The reader only reads.
+# tables. The reader only reads. Both read the `{cluster}` macro, which says the store is a
+# cluster (runtime/telemetry/store.py), where system tables may need a grant
+# (select_from_system_db_requires_grant).
+MACROS = "GRANT SELECT ON system.macros"
 GRANTS = {
     INGEST_USER: [f"GRANT SELECT, INSERT, CREATE DATABASE, CREATE TABLE, CREATE VIEW, "
                   f"ALTER ADD COLUMN, ALTER VIEW MODIFY QUERY ON {DATABASE}.*",
-                  "GRANT CREATE TEMPORARY TABLE, CLUSTER ON *.*"],
-    READER_USER: [f"GRANT SELECT ON {DATABASE}.*"],
+                  "GRANT CREATE TEMPORARY TABLE, CLUSTER ON *.*", MACROS],
+    READER_USER: [f"GRANT SELECT ON {DATABASE}.*", MACROS],
 }
 # The reader (gkr ui, `gkr telemetry sql`, the diagnosis agent's skill) is read-only in the
 # server: readonly = 1 allows read queries only, no SET and no CREATE TEMPORARY TABLE, which

@@ -95,7 +95,8 @@ def test_each_overlay_has_a_valid_installation(repo_tree, cluster: str) -> None:
     assert users["ingest/k8s_secret_password"] == "clickhouse-telemetry/ingest-password"
     assert users["reader/k8s_secret_password"] == "clickhouse-telemetry/reader-password"
     assert not [key for key in users if key.endswith(("/password", "/password_sha256_hex"))]
-    assert users["reader/grants/query"] == ["GRANT SELECT ON telemetry.*"]
+    assert users["reader/grants/query"] == ["GRANT SELECT ON telemetry.*",
+                                            "GRANT SELECT ON system.macros"]
     assert "INSERT" in users["ingest/grants/query"][0]
     assert users["ingest/grants/query"][1] == "GRANT CREATE TEMPORARY TABLE, CLUSTER ON *.*"
     profiles = chi["spec"]["configuration"]["profiles"]
