@@ -15,7 +15,7 @@ import re
 from typing import Final
 from urllib.parse import urlencode
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from generator.units import Quantity
 from runtime.identity import Env
@@ -26,6 +26,7 @@ from runtime.telemetry.ledger import LEDGER_DIR
 DATABASE: Final = "telemetry"
 RECORDS_TABLE: Final = "nccl_records"  # a record per row, typed by ClickHouse's JSON reader
 HTTP_PORT: Final = 8123  # ClickHouse's HTTP interface (reference/telemetry.md §5)
+CLUSTER: Final = "main"  # the installation's cluster; the operator sets it as `{cluster}`
 INGEST_USER: Final = "ingest"  # writes rows (Fluent Bit, job pods) and runs the migrations
 READER_USER: Final = "reader"  # reads only (gkr ui, Grafana, agents)
 # The job's folder in every GPU pod; Flight Recorder dumps go to its `fr/` subfolder.
@@ -65,8 +66,20 @@ class Telemetry(BaseModel):
     """Namespace of the ClickHouseInstallation."""
     installation: str = Field(pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$", max_length=40)
     """Name of the ClickHouseInstallation; the operator names its Service clickhouse-<name>."""
+    image: str = Field(pattern=r"^[a-z0-9./-]+:[A-Za-z0-9._-]+$")
+    """ClickHouse server image, tag pinned: the schema's SQL needs a recent server."""
+    shards: int = Field(ge=1, le=64)
+    """Shards of the cluster; a run's rows all live on one (the tables are sharded by run)."""
+    replicas: int = Field(ge=1, le=5)
+    """Replicas of each shard, kept in step through ClickHouse Keeper."""
     storage: Quantity
-    """Size of ClickHouse's data volume."""
+    """Size of each replica's data volume."""
+    keeper_image: str = Field(pattern=r"^[a-z0-9./-]+:[A-Za-z0-9._-]+$")
+    """ClickHouse Keeper image, tag pinned."""
+    keeper_replicas: int = Field(ge=1, le=7)
+    """ClickHouse Keeper's nodes: an odd number, a Raft quorum (3 survive the loss of one)."""
+    keeper_storage: Quantity
+    """Size of each Keeper node's volume (its logs and snapshots)."""
     node_dir: str = Field(pattern=r"^(/[-_.a-zA-Z0-9]+)+$")
     """Folder on every GPU node holding one subfolder per job, <namespace>/<job>."""
     secret: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -76,6 +89,19 @@ class Telemetry(BaseModel):
     """Key of the ingest user's password in that Secret."""
     reader_key: str = Field(pattern=r"^[-._a-zA-Z0-9]+$")
     """Key of the reader user's password in that Secret."""
+
+    @field_validator("keeper_replicas")
+    @classmethod
+    def _odd(cls, value: int) -> int:
+        if value % 2 == 0:
+            raise ValueError(f"{value} Keeper nodes: use an odd number (1, 3, 5 or 7); Raft "
+                             "needs a majority, which an even count does not make sturdier")
+        return value
+
+    @property
+    def keeper_host(self) -> str:
+        """The in-cluster host of Keeper's Service (the operator names it keeper-<name>)."""
+        return f"keeper-{self.installation}.{self.namespace}.svc"
 
     @property
     def service_host(self) -> str:

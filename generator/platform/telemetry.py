@@ -1,6 +1,10 @@
-"""The cluster side of telemetry (seed §8): each overlay's ClickHouseInstallation, reconciled
-by the clickhouse-operator add-on, and the Helm values that make the Fluent Bit add-on ship
-NCCL Inspector dumps and the sample ledger's files (issue 24) from the GPU nodes into it.
+"""The cluster side of telemetry (seed §8): each overlay's ClickHouseInstallation, sharded and
+replicated as the catalog says, and the ClickHouseKeeperInstallation its replicas need, both
+reconciled by the clickhouse-operator add-on; and the Helm values that make the Fluent Bit
+add-on ship NCCL Inspector dumps and the sample ledger's files (issue 24) from the GPU nodes
+into it. The runtime turns its schema into the cluster's replicated and Distributed tables
+(runtime/telemetry/cluster_schema.py); the users' profiles carry the settings that make its
+queries right there.
 
 The facts both ends share (node folder, table, port, users) come from generator.telemetry,
 the same module the job pods are planned from, so the folder Fluent Bit tails is the one the
@@ -18,6 +22,7 @@ from generator.manifests import render_documents
 from generator.platform.context import PlatformContext
 from generator.platform.overlay import platform_dir
 from generator.telemetry import (
+    CLUSTER,
     DATABASE,
     DUMP_VOLUME,
     HTTP_PORT,
@@ -27,15 +32,22 @@ from generator.telemetry import (
     Telemetry,
     insert_uri,
 )
+from runtime.telemetry.cluster_schema import QUERY_SETTINGS
 
 SOURCE = "platform/catalog/gke.yaml (telemetry)"
 READER_PROFILE = "reader"
-# Ingest writes rows and runs the runtime's schema migrations (runtime/telemetry/schema),
-# which create the database, tables and materialized views; the reader only reads.
+# Ingest writes rows and runs the runtime's schema migrations (runtime/telemetry/schema), which
+# create the database, tables and views, add columns and change a view's query, on every node
+# (ON CLUSTER needs the CLUSTER grant); `gkr telemetry ingest` stages files in temporary
+# tables. The reader only reads. Both read the `{cluster}` macro, which says the store is a
+# cluster (runtime/telemetry/store.py), where system tables may need a grant
+# (select_from_system_db_requires_grant).
+MACROS = "GRANT SELECT ON system.macros"
 GRANTS = {
-    INGEST_USER: "GRANT SELECT, INSERT, CREATE DATABASE, CREATE TABLE, CREATE VIEW "
-                 f"ON {DATABASE}.*",
-    READER_USER: f"GRANT SELECT ON {DATABASE}.*",
+    INGEST_USER: [f"GRANT SELECT, INSERT, CREATE DATABASE, CREATE TABLE, CREATE VIEW, "
+                  f"ALTER ADD COLUMN, ALTER VIEW MODIFY QUERY ON {DATABASE}.*",
+                  "GRANT CREATE TEMPORARY TABLE, CLUSTER ON *.*", MACROS],
+    READER_USER: [f"GRANT SELECT ON {DATABASE}.*", MACROS],
 }
 # The reader (gkr ui, `gkr telemetry sql`, the diagnosis agent's skill) is read-only in the
 # server: readonly = 1 allows read queries only, no SET and no CREATE TEMPORARY TABLE, which
@@ -44,7 +56,11 @@ GRANTS = {
 # sends no setting a read-only user cannot change. The operator writes `spec.configuration.
 # profiles` as users.d XML, `<profile>/<setting>: value` (shared/reference/crds/clickhouse,
 # clickhouseinstallations.yaml: profiles, x-kubernetes-preserve-unknown-fields).
-PROFILES = {f"{READER_PROFILE}/readonly": 1}
+# Both profiles also carry the cluster's query settings (runtime/telemetry/cluster_schema.py).
+PROFILES = {f"{READER_PROFILE}/readonly": 1,
+            **{f"{profile}/{name}": value for profile in ("default", READER_PROFILE)
+               for name, value in QUERY_SETTINGS.items()}}
+KEEPER_PORT = 2181  # set on Keeper (keeper_server/tcp_port) and named in the installation
 TAG = "nccl.inspector"
 PATH_KEY = "file"  # the tailed file's path, parsed into namespace and job, then dropped
 PATH_PARSER = "gkr_dump_path"
@@ -73,10 +89,12 @@ def produce_telemetry(ctx: PlatformContext) -> None:
 
 
 def installation(telemetry: Telemetry, networks: list[str]) -> list[dict[str, Any]]:
-    """The namespace and the ClickHouseInstallation: one shard, one replica (more replicas
-    need Keeper), data on a PVC. No TTL here: retention belongs to the runtime's tables."""
+    """The namespace, Keeper, and the ClickHouseInstallation of `telemetry.shards` shards of
+    `telemetry.replicas` replicas, each on its PVC. No TTL here: retention belongs to the
+    runtime's tables."""
     return render_documents("platform/telemetry.yaml.j2", telemetry=telemetry,
-                            users=users(telemetry, networks), profiles=PROFILES)
+                            users=users(telemetry, networks), profiles=PROFILES,
+                            cluster=CLUSTER, keeper_port=KEEPER_PORT)
 
 
 def users(telemetry: Telemetry, networks: list[str]) -> dict[str, Any]:
@@ -88,7 +106,7 @@ def users(telemetry: Telemetry, networks: list[str]) -> dict[str, Any]:
     for user, key in keys.items():
         settings |= {f"{user}/k8s_secret_password": f"{telemetry.secret}/{key}",
                      f"{user}/networks/ip": networks, f"{user}/profile": profiles[user],
-                     f"{user}/grants/query": [GRANTS[user]]}
+                     f"{user}/grants/query": GRANTS[user]}
     return settings
 
 

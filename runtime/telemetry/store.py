@@ -8,6 +8,9 @@
 
 The schema is the SQL files under `schema/`, applied in order by `migrate`, which records
 what it applied and is safe to re-run; a recorded file whose tables are gone is applied again.
+On a sharded, replicated server (its `{cluster}` macro set) each statement is applied in its
+cluster form (runtime/telemetry/cluster_schema.py): the same tables under the same names,
+Distributed over replicated local ones.
 
 A store opened `read_only` (`gkr telemetry sql`, the diagnosis agent's skill) runs every
 statement under the engine's `readonly = 1` and through `runtime.telemetry.readonly`'s checks;
@@ -19,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -28,13 +32,16 @@ from urllib.parse import unquote, urlsplit
 
 from runtime.errors import Category, RuntimeFailure
 from runtime.identity import Env
-from runtime.telemetry import readonly
+from runtime.telemetry import cluster_schema, readonly
 
 DATABASE = "telemetry"
 DEFAULT_FOLDER = Path(".gkr") / "telemetry"
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 # What a schema file creates (its own fixed DDL form): re-applied when one is missing.
 _CREATES = re.compile(r"^CREATE (?:TABLE|(?:MATERIALIZED )?VIEW) IF NOT EXISTS (\w+)", re.M)
+MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, "
+                    "applied_at DateTime DEFAULT now()) ENGINE = ReplacingMergeTree ORDER BY "
+                    "version")
 
 
 class StoreError(RuntimeFailure):
@@ -85,8 +92,9 @@ def describe(dsn: str) -> str:
 class Store:
     """Queries and inserts on one telemetry database."""
 
-    def __init__(self, client: Any, dsn: str) -> None:
+    def __init__(self, client: Any, dsn: str, cluster: str | None = None) -> None:
         self.client, self.dsn = client, dsn
+        self.cluster = cluster  # the server's cluster (its `{cluster}` macro), if it has one
         self.read_only = False
         self._table_functions: list[str] | None = None
 
@@ -99,7 +107,8 @@ class Store:
         migrates only an embedded folder, the user's own."""
         dsn = dsn or default_dsn()
         migrate = migrate and (embedded(dsn) or not read_only)
-        store = cls(_client(dsn, create=migrate), dsn)
+        client = _client(dsn, create=migrate)
+        store = cls(client, dsn, None if embedded(dsn) else _cluster(client))
         try:
             if migrate:
                 store.migrate()
@@ -127,6 +136,32 @@ class Store:
         if self.read_only:
             sql = self._checked(sql, parameters or {})
         return self._query(sql, parameters)
+
+    def queries(self, *calls: tuple[str, Mapping[str, Any]]) -> list[Rows]:
+        """Run SELECTs at once, each but the first on a connection of its own (closed after),
+        so that the engine runs them side by side: one query leaves cores idle in its
+        single-threaded steps, two fill them (the straggler analysis' two queries:
+        benchmarks/telemetry.py). A connection may run one query at a time (chDB's handle, a
+        server's session)."""
+        if len(calls) < 2:
+            return [self.query(sql, parameters) for sql, parameters in calls]
+        siblings = [self._sibling() for _ in calls[1:]]
+        try:
+            with ThreadPoolExecutor(len(calls)) as pool:
+                running = [pool.submit(store.query, sql, parameters)
+                           for store, (sql, parameters) in zip([self, *siblings], calls,
+                                                                strict=True)]
+                return [future.result() for future in running]
+        finally:
+            for sibling in siblings:
+                sibling.client.close()
+
+    def _sibling(self) -> Store:
+        """Another connection to this store's database, as locked as this one."""
+        sibling = Store(_client(self.dsn, existing=True), self.dsn, self.cluster)
+        if self.read_only:
+            sibling._lock_read_only()
+        return sibling
 
     def _query(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Rows:
         with self._errors(sql):
@@ -202,21 +237,27 @@ class Store:
 
     def migrate(self) -> list[str]:
         """Apply the schema files not yet recorded, in order; the names applied now."""
-        self.command(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, "
-            "applied_at DateTime DEFAULT now()) ENGINE = ReplacingMergeTree ORDER BY version"
-        )
+        self.command(MIGRATIONS_TABLE if self.cluster is None else
+                     cluster_schema.migrations_table())
         done = {row[0] for row in self.query("SELECT version FROM schema_migrations").rows}
         done -= self._incomplete(done)
         applied = []
         for version, name, sql in migrations():
             if version in done:
                 continue
-            for statement in statements(sql):
+            for statement in self._forms(sql):
                 self.command(statement)
             self.insert("schema_migrations", [{"version": version, "name": name}])
             applied.append(name)
         return applied
+
+    def _forms(self, sql: str) -> list[str]:
+        """A schema file's statements as this store runs them: as written, or each in its
+        cluster form."""
+        if self.cluster is None:
+            return statements(sql)
+        return [form for statement in statements(sql)
+                for form in cluster_schema.statements(statement)]
 
     def _incomplete(self, done: set[int]) -> set[int]:
         """Recorded migrations from the first whose tables or views are gone on: applied
@@ -225,7 +266,8 @@ class Store:
         existing = {row[0] for row in self.query(
             "SELECT name FROM system.tables WHERE database = currentDatabase()").rows}
         for version, _, sql in migrations():
-            if version in done and not set(_CREATES.findall(sql)) <= existing:
+            created = set(_CREATES.findall("\n".join(self._forms(sql))))
+            if version in done and not created <= existing:
                 return {v for v in done if v >= version}
         return set()
 
@@ -237,20 +279,22 @@ class Store:
             raise _translate(error, self.dsn, sql) from error
 
 
-def _client(dsn: str, create: bool = True) -> Any:
-    """A clickhouse-connect client on the telemetry database (created first when `create`)."""
+def _client(dsn: str, create: bool = True, existing: bool = False) -> Any:
+    """A clickhouse-connect client on the telemetry database (a server's created first when
+    `create`, an embedded folder's unless it is known to be `existing`)."""
     import clickhouse_connect  # heavy: only the commands that use telemetry pay for it
 
     scheme = urlsplit(dsn).scheme
     try:
         if scheme == "chdb":
-            folder = Path(urlsplit(dsn).path)
-            folder.mkdir(parents=True, exist_ok=True)
-            bootstrap = clickhouse_connect.get_client(dsn=dsn)
-            bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+            if not existing:
+                folder = Path(urlsplit(dsn).path)
+                folder.mkdir(parents=True, exist_ok=True)
+                bootstrap = clickhouse_connect.get_client(dsn=dsn)
+                bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
             return clickhouse_connect.get_client(dsn=dsn, database=DATABASE)
         if scheme in ("http", "https"):
-            return _server_client(clickhouse_connect, dsn, create)
+            return _server_client(clickhouse_connect, dsn, create and not existing)
     except Exception as error:
         raise _translate(error, dsn, "connect") from error
     raise StoreError(
@@ -271,10 +315,20 @@ def _server_client(clickhouse_connect: Any, dsn: str, create: bool) -> Any:
     if create:
         bootstrap = clickhouse_connect.get_client(dsn=parts._replace(path="").geturl())
         try:
-            bootstrap.command(f"CREATE DATABASE IF NOT EXISTS `{database.replace('`', '``')}`")
+            on_cluster = f" ON CLUSTER {cluster_schema.CLUSTER}" if _cluster(bootstrap) else ""
+            bootstrap.command(f"CREATE DATABASE IF NOT EXISTS "
+                              f"`{database.replace('`', '``')}`{on_cluster}")
         finally:
             bootstrap.close()
     return clickhouse_connect.get_client(dsn=dsn, database=database)
+
+
+def _cluster(client: Any) -> str | None:
+    """The server's cluster: its `{cluster}` macro, which the operator sets on every node of a
+    ClickHouseInstallation; None for a server of its own."""
+    found = client.query(
+        "SELECT substitution FROM system.macros WHERE macro = 'cluster'").result_rows
+    return str(found[0][0]) if found else None
 
 
 def _translate(error: Exception, dsn: str, sql: str) -> StoreError:

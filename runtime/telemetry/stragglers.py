@@ -18,11 +18,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runtime.errors import Category, RuntimeFailure
-from runtime.telemetry.store import Store, describe, sql_file
+from runtime.telemetry.store import Rows, Store, describe, sql_file
 
 DEFAULT_WINDOW_S = 30
 GROUP_BUCKET_S, BUCKET_S = 30, 10  # schema/0010_collective_groups.sql, 0003
 GROUPS, BUCKETS, SAMPLES = "collective_group_buckets", "collective_buckets", "collective_samples"
+EVERY_GROUP = 2**32 - 1  # straggler_windows.sql's groups_per_window keeping all
 PERSISTENT_SHARE = 0.5  # last in more than half of its groups: a persistent straggler (two
 # ranks of equal speed are each last in about half)
 
@@ -132,18 +133,26 @@ def analyze(store: Store, run: str, window_s: int = DEFAULT_WINDOW_S, waiting: b
     table = source(store, run, window_s)
     # The SQL's per-rank branch reads `rows`, which must name a table of per-rank rows also
     # when the group buckets are read (its condition on `source` is then false).
-    parameters: dict[str, Any] = {"run": run, "window_s": window_s, "source": table,
-                                  "rows": BUCKETS if table == GROUPS else table}
-    ranks = tuple(RankSummary(**r) for r in
-                  store.query(sql_file("straggler_ranks.sql"), parameters).dicts())
-    windows_sql = _windows_sql(parameters, ranks, waiting, waiting_ranks)
-    if groups_per_window is not None:
-        parameters["groups_per_window"] = groups_per_window
-        windows_sql = _largest_skews(windows_sql)
-    windows = store.query(windows_sql, parameters).dicts()
+    parameters: dict[str, Any] = {
+        "run": run, "window_s": window_s, "source": table,
+        "rows": BUCKETS if table == GROUPS else table,
+        "groups_per_window": EVERY_GROUP if groups_per_window is None else groups_per_window}
+    ranks_sql = sql_file("straggler_ranks.sql")
+    if callable(waiting_ranks):  # picked from the ranks: those first
+        ranks = _ranks(store.query(ranks_sql, parameters))
+        found = store.query(_windows_sql(parameters, ranks, waiting, waiting_ranks), parameters)
+    else:  # side by side (Store.queries)
+        windows_sql = _windows_sql(parameters, (), waiting, waiting_ranks)
+        ranked, found = store.queries((ranks_sql, parameters), (windows_sql, parameters))
+        ranks = _ranks(ranked)
+    windows = found.dicts()
     if not windows:
         raise _no_samples(store, run, "from two or more ranks of one group ")
     return StragglerReport(run, window_s, table, tuple(_window(w) for w in windows), ranks)
+
+
+def _ranks(rows: Rows) -> tuple[RankSummary, ...]:
+    return tuple(RankSummary(**row) for row in rows.dicts())
 
 
 def _windows_sql(parameters: dict[str, Any], ranks: Sequence[RankSummary], waiting: bool,
@@ -157,15 +166,6 @@ def _windows_sql(parameters: dict[str, Any], ranks: Sequence[RankSummary], waiti
         parameters["waiting_ranks"] = sorted(set(picked))
         return _waiting_of_some(windows_sql)
     return windows_sql
-
-
-def _largest_skews(windows_sql: str) -> str:
-    """The windows query keeping in each window its {groups_per_window} groups of largest
-    skew, in the file's order."""
-    order = "comm_id, coll, msg_size_bytes, algo"
-    return (f"SELECT * FROM (SELECT * FROM (\n{windows_sql}\n) ORDER BY window_start, "
-            f"skew_us DESC, {order} LIMIT {{groups_per_window:UInt32}} BY window_start) "
-            f"ORDER BY window_start, {order}")
 
 
 def _waiting_of_some(windows_sql: str) -> str:

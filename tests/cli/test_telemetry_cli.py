@@ -126,3 +126,21 @@ def test_stragglers_as_a_user_runs_it(dsn, tmp_path) -> None:
     ran = gkr_process("stragglers", RUN.run, cwd=tmp_path, env={"GKR_TELEMETRY_DSN": dsn})
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip().splitlines()[-1].startswith(f"rank {PERSISTENT} (pod ")
+
+
+def test_the_table_keeps_each_windows_groups_of_largest_skew(dsn) -> None:
+    """`--groups N`: a fleet's window has a group per communicator; the table shows the N of
+    largest skew (in the usual order), 0 all; the ranks table and conclusion are the same."""
+    def table(*flags: str) -> tuple[list[str], str]:
+        ran = gkr("stragglers", RUN.run, "--dsn", dsn, *flags)
+        assert ran.code == 0, ran.err
+        windows, ranks, _ = ran.out.strip().split("\n\n")
+        return windows.splitlines()[1:], ranks
+
+    every, ranks = table("--groups", "0")
+    one, one_ranks = table("--groups", "1")
+    assert len(every) == RUN.windows * 3 and len(one) == RUN.windows and one_ranks == ranks
+    for line in one:  # its window's group of largest skew (SKEW MS: third from the right)
+        skews = [float(other.split()[-3]) for other in every if other[:20] == line[:20]]
+        assert float(line.split()[-3]) == max(skews) and line in every
+    assert table()[0] == every  # three groups a window: the default keeps them all

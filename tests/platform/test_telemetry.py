@@ -28,10 +28,12 @@ from generator.tree import Tree
 from generator.validate import check_schemas, validate_repository
 from runtime.identity import Taint
 from runtime.pods import build_pod
-from runtime.telemetry import inspector, store
+from runtime.telemetry import columns, inspector_load, store
+from runtime.telemetry.cluster_schema import QUERY_SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]
 CHI = ("clickhouse.altinity.com/v1", "ClickHouseInstallation")
+CHK = ("clickhouse-keeper.altinity.com/v1", "ClickHouseKeeperInstallation")
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +42,10 @@ def repo_tree() -> tuple[Tree, Catalog]:
     return render_tree(REPO, catalog, use_cache=False), catalog
 
 
-def _installation(tree: Tree, cluster: str) -> tuple[str, dict[str, Any]]:
+def _installation(tree: Tree, cluster: str, kind: tuple[str, str] = CHI
+                  ) -> tuple[str, dict[str, Any]]:
     path = f"kustomize/overlays/{cluster}/platform/telemetry.yaml"
-    return path, next(d for d in tree.manifests[path] if (d["apiVersion"], d["kind"]) == CHI)
+    return path, next(d for d in tree.manifests[path] if (d["apiVersion"], d["kind"]) == kind)
 
 
 def _fluent_bit(tree: Tree, cluster: str) -> dict[str, Any]:
@@ -78,8 +81,13 @@ def test_each_overlay_has_a_valid_installation(repo_tree, cluster: str) -> None:
     assert check_schemas(Tree(manifests={path: tree.manifests[path]}), catalog) == []
     facts = catalog.platform.telemetry
     assert (chi["metadata"]["name"], chi["metadata"]["namespace"]) == ("telemetry", "telemetry")
-    assert chi["spec"]["configuration"]["clusters"][0]["layout"] == {
-        "shardsCount": 1, "replicasCount": 1}
+    assert chi["spec"]["configuration"]["clusters"][0] == {
+        "name": telemetry.CLUSTER,
+        "layout": {"shardsCount": facts.shards, "replicasCount": facts.replicas}}
+    assert (facts.shards, facts.replicas) == (4, 2)  # platform/catalog/gke.yaml
+    server = chi["spec"]["templates"]["podTemplates"][0]
+    assert chi["spec"]["defaults"]["templates"]["podTemplate"] == server["name"]
+    assert server["spec"]["containers"][0]["image"] == facts.image
     claim = chi["spec"]["templates"]["volumeClaimTemplates"][0]
     assert chi["spec"]["defaults"]["templates"]["dataVolumeClaimTemplate"] == claim["name"]
     assert claim["spec"]["resources"]["requests"]["storage"] == facts.storage
@@ -87,8 +95,54 @@ def test_each_overlay_has_a_valid_installation(repo_tree, cluster: str) -> None:
     assert users["ingest/k8s_secret_password"] == "clickhouse-telemetry/ingest-password"
     assert users["reader/k8s_secret_password"] == "clickhouse-telemetry/reader-password"
     assert not [key for key in users if key.endswith(("/password", "/password_sha256_hex"))]
-    assert users["reader/grants/query"] == ["GRANT SELECT ON telemetry.*"]
+    assert users["reader/grants/query"] == ["GRANT SELECT ON telemetry.*",
+                                            "GRANT SELECT ON system.macros"]
     assert "INSERT" in users["ingest/grants/query"][0]
+    assert users["ingest/grants/query"][1] == "GRANT CREATE TEMPORARY TABLE, CLUSTER ON *.*"
+    profiles = chi["spec"]["configuration"]["profiles"]
+    for profile in ("default", "reader"):  # the cluster's query settings, for both users
+        assert {name: profiles[f"{profile}/{name}"] for name in QUERY_SETTINGS} == \
+            QUERY_SETTINGS
+
+
+@pytest.mark.parametrize("cluster", ["usc1-prod", "euw4-prod"])
+def test_the_replicas_are_kept_in_step_by_a_keeper_quorum(repo_tree, cluster: str) -> None:
+    tree, catalog = repo_tree
+    path, keeper = _installation(tree, cluster, CHK)
+    assert (CRD_DIR / "clickhouse-keeper.altinity.com_v1_ClickHouseKeeperInstallation.json"
+            ).is_file()
+    assert check_schemas(Tree(manifests={path: [keeper]}), catalog) == []
+    facts = catalog.platform.telemetry
+    assert keeper["spec"]["configuration"]["clusters"][0]["layout"] == {
+        "replicasCount": facts.keeper_replicas}
+    port = keeper["spec"]["configuration"]["settings"]["keeper_server/tcp_port"]
+    _, chi = _installation(tree, cluster)
+    # The operator names Keeper's Service keeper-<installation> (Altinity/clickhouse-operator
+    # docs/chk-examples/01-chi-simple-with-keeper.yaml).
+    assert chi["spec"]["configuration"]["zookeeper"]["nodes"] == [
+        {"host": f"keeper-{keeper['metadata']['name']}.{facts.namespace}.svc",
+         "port": int(port)}]
+    claim = keeper["spec"]["templates"]["volumeClaimTemplates"][0]
+    assert claim["spec"]["resources"]["requests"]["storage"] == facts.keeper_storage
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("keeper_replicas", 2, "2 Keeper nodes: use an odd number"),
+    ("shards", 0, "greater than or equal to 1"),
+    ("replicas", 9, "less than or equal to 5"),
+    ("image", "clickhouse/clickhouse-server", "should match pattern"),
+])
+def test_a_store_the_catalog_cannot_have_is_refused_naming_the_field(
+        tmp_path: Path, field: str, value: object, message: str) -> None:
+    shutil.copytree(REPO / "platform/catalog", tmp_path / "platform/catalog")
+    shutil.copytree(REPO / "clusters", tmp_path / "clusters")
+    gke = tmp_path / "platform/catalog/gke.yaml"
+    text = gke.read_text()
+    current = re.search(rf"^  {field}: (.*)$", text, re.M)
+    gke.write_text(text.replace(current.group(0), f"  {field}: {value}"))
+    with pytest.raises(InvalidInput) as refused:
+        Catalog(tmp_path).platform  # noqa: B018 (loads the file)
+    assert f"telemetry.{field}" in str(refused.value) and message in str(refused.value)
 
 
 def test_a_broken_installation_is_refused_naming_the_field(repo_tree) -> None:
@@ -109,7 +163,7 @@ def test_gkr_validate_refuses_a_broken_committed_installation(tmp_path: Path) ->
         shutil.copytree(REPO / folder, tmp_path / folder)
     write_tree(tmp_path, render_tree(tmp_path, use_cache=False))
     path = tmp_path / "kustomize/overlays/usc1-prod/platform/telemetry.yaml"
-    path.write_text(path.read_text().replace("shardsCount: 1", "shardsCount: one"))
+    path.write_text(path.read_text().replace("shardsCount: 4", "shardsCount: one"))
     with pytest.raises(CheckFailed, match=r"telemetry\.yaml: ClickHouseInstallation/telemetry "
                                           r"spec\.configuration\.clusters\.0\.layout\.shardsCount"):
         validate_repository(tmp_path, kustomize=False)
@@ -122,14 +176,15 @@ def test_the_operator_chart_matches_the_vendored_crd() -> None:
 
 
 @pytest.mark.parametrize("cluster", ["usc1-prod", "euw4-prod"])
-def test_fluent_bit_posts_ndjson_to_the_raw_table(repo_tree, cluster: str) -> None:
+def test_fluent_bit_posts_ndjson_to_the_records_table(repo_tree, cluster: str) -> None:
     tree, catalog = repo_tree
     config = _fluent_bit(tree, cluster)["config"]
     post = _named(config["outputs"], "Match", fluent_bit.TAG)
     assert (post["Name"], post["Format"], post["Json_date_key"]) == ("http", "json_lines", "false")
     assert (post["Host"], post["Port"]) == ("clickhouse-telemetry.telemetry.svc", "8123")
-    query = parse_qs(urlsplit(post["URI"]).query)["query"]
-    assert query == ["INSERT INTO telemetry.nccl_raw FORMAT JSONAsString"]
+    query = parse_qs(urlsplit(post["URI"]).query)
+    assert query.pop("query") == ["INSERT INTO telemetry.nccl_records FORMAT JSONEachRow"]
+    assert query == {name: [value] for name, value in telemetry.RECORDS_INSERT_SETTINGS.items()}
     assert (post["Http_User"], post["Http_Passwd"]) == ("ingest", "${CLICKHOUSE_PASSWORD}")
     env = {e["name"]: e["valueFrom"] for e in _fluent_bit(tree, cluster)["env"]}
     facts = catalog.platform.telemetry
@@ -139,11 +194,8 @@ def test_fluent_bit_posts_ndjson_to_the_raw_table(repo_tree, cluster: str) -> No
 
 
 def test_the_tables_are_the_runtimes() -> None:
-    assert (telemetry.DATABASE, telemetry.RAW_TABLE) == (store.DATABASE, inspector.RAW_TABLE)
-    schema = " ".join(path.read_text() for path in
-                      sorted((REPO / "runtime/telemetry/schema").glob("*.sql")))
-    assert re.search(rf"CREATE TABLE IF NOT EXISTS {telemetry.RAW_TABLE}\s*\(\s*json String\s*\)",
-                     schema)
+    assert (telemetry.DATABASE, telemetry.RECORDS_TABLE) == (store.DATABASE, inspector_load.TABLE)
+    assert set(inspector_load.SECTIONS) <= set(columns.schema_columns()[telemetry.RECORDS_TABLE])
 
 
 def _gpu_job_files(tree: Tree, cluster: str) -> list[tuple[str, str, str, str | None]]:

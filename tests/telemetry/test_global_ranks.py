@@ -109,8 +109,8 @@ class Analysed:
     unmapped: StragglerReport  # the same logs, no announcement
 
 
-# Communicators of 4 out of 8 ranks, and of 72 out of 144: the analysis sums communicators of
-# up to 64 ranks apart from larger ones (sql/straggler_windows.sql).
+# Communicators of 4 out of 8 ranks, and of 72 out of 144 (the analysis before issue 27 summed
+# communicators of up to 64 ranks apart from larger ones: tests/telemetry/oracle).
 @pytest.fixture(scope="module", params=[Layout(4, 3), Layout(72, 70)], ids=["4of8", "72of144"])
 def analysed(request: pytest.FixtureRequest,
              tmp_path_factory: pytest.TempPathFactory) -> Analysed:

@@ -243,3 +243,20 @@ def test_rollups_agree_with_the_rows_backfilled_or_filled_on_insert(tmp_path) ->
         store.migrate()  # a re-run backfills nothing twice
         for rollup, rows in ROLLUPS.items():
             assert _rounded(store.query(rollup).rows) == _rounded(store.query(rows).rows)
+
+
+def test_queries_run_side_by_side_on_connections_locked_alike(tmp_path) -> None:
+    """Store.queries gives what one query after another gives; its extra connections are as
+    read-only as the store's."""
+    with Store.connect(_dsn(tmp_path)) as store:
+        store.insert("events", [{"ts": utc_now(), **Identity(run="r", rank=r).row(),
+                                 "source": "test", "message": "m"} for r in range(3)])
+    calls = (("SELECT count() FROM events", {}),
+             ("SELECT groupArray(rank) FROM (SELECT rank FROM events ORDER BY rank)", {}),
+             ("SELECT getSetting('readonly')", {}))
+    with Store.connect(_dsn(tmp_path), read_only=True) as reader:
+        together = reader.queries(*calls)
+        apart = [reader.query(sql, parameters) for sql, parameters in calls]
+    assert [rows.rows for rows in together] == [rows.rows for rows in apart]
+    assert together[0].rows == [(3,)] and together[1].rows == [([0, 1, 2],)]
+    assert str(together[2].rows[0][0]) != "0"  # the sibling that ran it was read-only

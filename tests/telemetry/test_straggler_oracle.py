@@ -53,7 +53,8 @@ def _oracle(store: Store, run: str, window_s: int) -> tuple[list[dict[str, Any]]
 
 def _new(store: Store, run: str, window_s: int, source: str) -> tuple[list[dict[str, Any]], ...]:
     parameters = {"run": run, "window_s": window_s, "source": source,
-                  "rows": stragglers.BUCKETS if source == stragglers.GROUPS else source}
+                  "rows": stragglers.BUCKETS if source == stragglers.GROUPS else source,
+                  "groups_per_window": stragglers.EVERY_GROUP}
     return tuple(store.query(sql_file(f"straggler_{name}.sql"), parameters).dicts()
                  for name in ("windows", "ranks"))
 

@@ -80,7 +80,8 @@ def test_buckets_and_samples_give_the_same_answer(store) -> None:
     assert bucketed.source == stragglers.GROUPS
     raw = store.query(sql_file("straggler_windows.sql"),
                       {"run": RUN.run, "window_s": 60, "source": stragglers.SAMPLES,
-                       "rows": stragglers.SAMPLES}).dicts()
+                       "rows": stragglers.SAMPLES,
+                       "groups_per_window": stragglers.EVERY_GROUP}).dicts()
     assert [(w["last_rank"], w["ranks"]) for w in raw] == \
         [(w.last_rank, w.ranks) for w in bucketed.windows]
     for row, window in zip(raw, bucketed.windows, strict=True):

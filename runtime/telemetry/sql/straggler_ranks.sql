@@ -1,7 +1,7 @@
 -- Persistent stragglers (seed §8.3): across the windows of straggler_windows.sql, how often
 -- each rank arrived last and by how much, with the pod and node it ran on (its latest).
 -- Parameters: as straggler_windows.sql: {run:String}, {window_s:UInt32}, {source:String},
--- {rows:Identifier}.
+-- {rows:Identifier} (not groups_per_window: every group counts).
 -- Columns: rank (global, as in straggler_windows.sql), pod, node, times_last (groups it was
 -- last in), groups (groups it was in), share_last, windows_last (windows it was last in, in
 -- any group), windows_seen (windows it took part in, counted in the communicator it took
@@ -10,14 +10,24 @@
 --
 -- The steps up to `groups` are straggler_windows.sql's (see there). A (window, group) row
 -- holds its ranks in arrays indexed by their rank in the communicator, so the arrays of one
--- communicator line up: each rank's groups, windows and waiting are summed element-wise
--- (-ForEach) over the groups of a window and over the windows, per communicator, and each
--- group's last arriver is kept with its window and skew; only these are unrolled into rows,
--- one per rank and communicator and one per group, and summed per global rank.
+-- communicator line up: each rank's groups, windows and waiting are aggregated element-wise
+-- (-ForEach) over the communicator's groups, and each group's last arriver is kept with its
+-- window and skew; only these are unrolled into rows, one per rank and communicator and one
+-- per group, and summed per global rank.
 WITH
 per_group AS
 (
-    -- Per (window, group): rank r's sample count and summed time at index r + 1.
+    -- Per (window, group): rank r's sample count and summed time at index r + 1. A window of
+    -- 30 s is one bucket (schema/0010): FINAL merges a bucket's rows as the table's merges
+    -- would, where they have not yet, and is cheaper than merging states per group.
+    SELECT
+        bucket AS window_start, comm_id, coll, msg_size_bytes, algo, comm_name,
+        finalizeAggregation(sample_counts) AS counts,
+        finalizeAggregation(time_sums) AS sums
+    FROM collective_group_buckets FINAL
+    WHERE run = {run:String} AND {source:String} = 'collective_group_buckets'
+        AND {window_s:UInt32} = 30
+    UNION ALL
     SELECT
         toStartOfInterval(bucket, toIntervalSecond({window_s:UInt32})) AS window_start,
         comm_id, coll, msg_size_bytes, algo, any(comm_name) AS comm_name,
@@ -25,6 +35,7 @@ per_group AS
         sumForEachMerge(time_sums) AS sums
     FROM collective_group_buckets
     WHERE run = {run:String} AND {source:String} = 'collective_group_buckets'
+        AND {window_s:UInt32} != 30
     GROUP BY window_start, comm_id, coll, msg_size_bytes, algo
     UNION ALL
     SELECT
@@ -85,27 +96,19 @@ groups AS
     FROM per_group
     WHERE arraySum(seen) > 1
 ),
-per_window AS
-(
-    -- Per communicator and window: its ranks' groups and waiting, and each group's last
-    -- arriver (its index in the arrays) with the group's skew.
-    SELECT
-        comm_id, window_start,
-        sumForEach(seen) AS seen_n,
-        sumForEach(arrayMap((x, s) -> if(s, x - transfer_us, 0), e, seen)) AS wait_sum,
-        groupArray((last, skew_us, window_start)) AS lasts
-    FROM groups
-    GROUP BY comm_id, window_start
-),
 per_comm AS
 (
+    -- Per communicator: each rank's groups, windows (distinct: a window may have several of
+    -- the communicator's groups) and waiting, and each group's last arriver (its index in the
+    -- arrays) with the group's skew and window. Grouped by communicator alone: a fleet's
+    -- 1,288 of them, where grouping by window too made a group of nearly every row.
     SELECT
         comm_id,
-        sumForEach(seen_n) AS comm_groups,
-        sumForEach(arrayMap(n -> n > 0, seen_n)) AS comm_windows_seen,
-        sumForEach(wait_sum) AS comm_wait_sum,
-        groupArrayArray(lasts) AS last_in
-    FROM per_window
+        sumForEach(seen) AS comm_groups,
+        uniqExactForEach(arrayMap(s -> if(s, window_start, NULL), seen)) AS comm_windows_seen,
+        sumForEach(arrayMap((x, s) -> if(s, x - transfer_us, 0), e, seen)) AS comm_wait_sum,
+        groupArray((last, skew_us, window_start)) AS last_in
+    FROM groups
     GROUP BY comm_id
 ),
 facts AS

@@ -9,7 +9,9 @@
 -- communicator (NCCL Inspector does): it becomes the rank the process that wrote it announced
 -- (by host name and pid, schema/0006_global_ranks.sql); a process that announced none keeps
 -- the source's rank. Ranks outside [0, 2^20) are left out (schema/0010_collective_groups.sql).
--- Parameters: {run:String}, {window_s:UInt32}, {source:String}, {rows:Identifier}: the source
+-- Parameters: {run:String}, {window_s:UInt32}, {groups_per_window:UInt32}: the most groups a
+-- window keeps, those of largest skew (4294967295: every group); {source:String},
+-- {rows:Identifier}: the source
 -- is collective_group_buckets (the samples summed per 30 s and group: for windows that are
 -- multiples of 30 s, once a run's group buckets hold all its samples; see
 -- straggler_source.sql), read by the first branch of `per_group`, or a table of per-rank rows,
@@ -27,12 +29,22 @@
 -- their rank in the communicator, merged from the group buckets' arrays (or, from per-rank
 -- rows, put at their index by groupArrayInsertAt), not a hash table of window x group x
 -- rank. Only one branch of `per_group` reads rows: the other's condition on {source} is false.
--- Global ranks are looked up per group, not per sample. straggler_ranks.sql begins with the
+-- Global ranks are looked up per group kept, not per sample. straggler_ranks.sql begins with the
 -- same steps (a test keeps them equal).
 WITH
 per_group AS
 (
-    -- Per (window, group): rank r's sample count and summed time at index r + 1.
+    -- Per (window, group): rank r's sample count and summed time at index r + 1. A window of
+    -- 30 s is one bucket (schema/0010): FINAL merges a bucket's rows as the table's merges
+    -- would, where they have not yet, and is cheaper than merging states per group.
+    SELECT
+        bucket AS window_start, comm_id, coll, msg_size_bytes, algo, comm_name,
+        finalizeAggregation(sample_counts) AS counts,
+        finalizeAggregation(time_sums) AS sums
+    FROM collective_group_buckets FINAL
+    WHERE run = {run:String} AND {source:String} = 'collective_group_buckets'
+        AND {window_s:UInt32} = 30
+    UNION ALL
     SELECT
         toStartOfInterval(bucket, toIntervalSecond({window_s:UInt32})) AS window_start,
         comm_id, coll, msg_size_bytes, algo, any(comm_name) AS comm_name,
@@ -40,6 +52,7 @@ per_group AS
         sumForEachMerge(time_sums) AS sums
     FROM collective_group_buckets
     WHERE run = {run:String} AND {source:String} = 'collective_group_buckets'
+        AND {window_s:UInt32} != 30
     GROUP BY window_start, comm_id, coll, msg_size_bytes, algo
     UNION ALL
     SELECT
@@ -87,25 +100,36 @@ communicators AS
 ),
 groups AS
 (
+    -- Each group's means (of the ranks seen), transfer and skew, and its place in its window
+    -- by skew: what picks the groups kept.
     SELECT
-        window_start, comm_id, comm_name, coll, msg_size_bytes, algo,
-        arrayMap((g, i) -> if(g >= 0, g, toInt32(i - 1)),
-                 arrayResize(c.recorded, length(counts), toInt32(-1)) AS padded,
-                 arrayEnumerate(padded)) AS global_ranks,
+        window_start, comm_id, comm_name, coll, msg_size_bytes, algo, counts,
         arrayFilter((x, n) -> n > 0, arrayMap((t, n) -> t / n, sums, counts), counts) AS e,
-        arrayFilter((r, n) -> n > 0, global_ranks, counts) AS seen_ranks,
         length(e) AS ranks,
-        arrayMin(e) AS transfer_us
-    FROM per_group AS g
-    LEFT JOIN communicators AS c ON c.comm_id = g.comm_id
+        arrayMin(e) AS transfer_us,
+        arrayMax(e) - transfer_us AS skew_us
+    FROM per_group
     WHERE ranks > 1
+    ORDER BY window_start, skew_us DESC, comm_id, coll, msg_size_bytes, algo
+    LIMIT {groups_per_window:UInt32} BY window_start
+),
+kept AS
+(
+    -- The kept groups' ranks as global ranks (only theirs: a fleet's window has 1,288 groups).
+    SELECT
+        g.*,
+        arrayFilter((r, n) -> n > 0, arrayMap((r, i) -> if(r >= 0, r, toInt32(i - 1)),
+                    arrayResize(c.recorded, length(counts), toInt32(-1)) AS padded,
+                    arrayEnumerate(padded)), counts) AS seen_ranks
+    FROM groups AS g
+    LEFT JOIN communicators AS c ON c.comm_id = g.comm_id
 )
 SELECT
     window_start, comm_id, comm_name, coll, msg_size_bytes, algo, ranks,
     seen_ranks[indexOf(e, transfer_us)] AS last_rank,
     transfer_us,
-    arrayMax(e) - transfer_us AS skew_us,
+    skew_us,
     arrayReduce('quantileExact(0.5)', e) - transfer_us AS wait_p50_us,
     arraySort(arrayMap((r, x) -> (r, x - transfer_us), seen_ranks, e)) AS waiting_us
-FROM groups
+FROM kept
 ORDER BY window_start, comm_id, coll, msg_size_bytes, algo
