@@ -58,8 +58,10 @@ def test_a_longer_run_resumes_from_the_latest_commit_and_continues_exactly(
     assert sorted(p.name for p in uri.iterdir()) == ["step-0000000009", "step-0000000012"]
     last = uri / "step-0000000012"
     assert _loader_state(last) == {"epoch": 0, "offset": 12 * WORLD * BATCH}
-    # The teacher's own count was restored at step 6 (12 or 13 served by then), not restarted.
-    assert _served(last) >= 12 * WORLD
+    # The teacher's own count was restored at step 6, not restarted: restored, it ends near
+    # 12 * WORLD; restarted, near 6 * WORLD. The snapshot may miss a reply still in flight
+    # (seen once under load: 23), so the bound sits between the two.
+    assert _served(last) >= 9 * WORLD
 
 
 def test_a_run_already_at_its_last_step_trains_nothing(local_ray: None, tmp_path: Path) -> None:
