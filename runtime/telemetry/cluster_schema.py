@@ -33,6 +33,8 @@ import re
 from collections.abc import Iterable, Mapping
 from functools import cache
 
+from runtime.telemetry import schema_files
+
 CLUSTER = "'{cluster}'"  # the operator's macro: the cluster of the installation
 LOCAL = "_local"
 SHARDING_KEY = "cityHash64(run)"
@@ -63,9 +65,8 @@ def engines(statements: Iterable[str]) -> dict[str, str]:
 @cache
 def schema_engines() -> dict[str, str]:
     """The engines of the runtime's schema (runtime/telemetry/schema)."""
-    from runtime.telemetry.store import migrations, statements  # the store imports this
-
-    return engines(statement for _, _, sql in migrations() for statement in statements(sql))
+    return engines(statement for _, _, sql in schema_files.migrations()
+                   for statement in schema_files.statements(sql))
 
 
 def sharded(table: str, tables: Mapping[str, str]) -> bool:

@@ -33,10 +33,10 @@ from urllib.parse import unquote, urlsplit
 from runtime.errors import Category, RuntimeFailure
 from runtime.identity import Env
 from runtime.telemetry import cluster_schema, readonly
+from runtime.telemetry.schema_files import migrations, statements
 
 DATABASE = "telemetry"
 DEFAULT_FOLDER = Path(".gkr") / "telemetry"
-_MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 # What a schema file creates (its own fixed DDL form): re-applied when one is missing.
 _CREATES = re.compile(r"^CREATE (?:TABLE|(?:MATERIALIZED )?VIEW) IF NOT EXISTS (\w+)", re.M)
 MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, "
@@ -367,26 +367,9 @@ def _server_message(text: str) -> str:
     return " ".join(message.split())
 
 
-def migrations() -> list[tuple[int, str, str]]:
-    """The schema files as (version, name, SQL), in version order."""
-    folder = resources.files("runtime.telemetry") / "schema"
-    found = []
-    for entry in folder.iterdir():
-        match = _MIGRATION.match(entry.name)
-        if match:
-            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
-    return sorted(found)
-
-
 def sql_file(name: str, package: str = "runtime.telemetry") -> str:
     """The text of one query file, `<package>/sql/<name>`: analyses live as plain SQL."""
     return (resources.files(package) / "sql" / name).read_text(encoding="utf-8")
-
-
-def statements(sql: str) -> list[str]:
-    """The statements of a schema file: `--` comments dropped, split at `;` ending a line."""
-    lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
-    return [s.strip() for s in re.split(r";\s*$", "\n".join(lines), flags=re.M) if s.strip()]
 
 
 def embedded(dsn: str) -> bool:

@@ -105,6 +105,8 @@ SERVED: dict[tuple[str, str], Resource] = {
     ("networking.gke.io", "networks"): Resource("Network", namespaced=False, builtin=False),
     ("networking.gke.io", "gkenetworkparamsets"): Resource(
         "GKENetworkParamSet", namespaced=False, builtin=False),
+    ("clickhouse-keeper.altinity.com", "clickhousekeeperinstallations"): Resource(
+        "ClickHouseKeeperInstallation", builtin=False, short_names=("chk",)),
     # Argo CD's Application has no status subresource: its controller writes the object.
     ("argoproj.io", "applications"): Resource("Application", status=False, builtin=False,
                                               versions=("v1alpha1",),
