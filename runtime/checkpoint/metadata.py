@@ -64,7 +64,8 @@ _ALLOWED_TEXT = ("torch.distributed.checkpoint metadata types, torch.Size, torch
                  "layouts, pathlib paths and collections.OrderedDict")
 # What a corrupt or hostile pickle raises while being loaded by the C unpickler.
 _LOAD_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError,
-                AttributeError, IndexError, RuntimeError, RecursionError, MemoryError)
+                AttributeError, IndexError, RuntimeError, RecursionError, MemoryError,
+                OverflowError)  # a FRAME length beyond sys.maxsize (found by hypothesis)
 
 
 class CheckpointMetadataError(CheckpointError):

@@ -109,8 +109,9 @@ def test_setting_attributes_of_a_metadata_class_is_refused_and_undone() -> None:
         (b"\x80\x04not a pickle", "not a readable DCP metadata pickle"),
         (b"\x80\x02X\x01\x00\x00\x00aQ.", "persistent id"),
         (pickle.dumps(dcp_metadata.Metadata(state_dict_metadata=[])), "is not a dict"),
+        (b"\x80\x04\x95\xff\xff\xff\xff\xff\xff\xff\xff", "OverflowError"),  # by hypothesis
     ],
-    ids=["dict", "int", "empty", "garbage", "persistent-id", "wrong-field"],
+    ids=["dict", "int", "empty", "garbage", "persistent-id", "wrong-field", "huge-frame"],
 )
 def test_what_is_not_metadata_is_refused(body: bytes, says: str) -> None:
     with pytest.raises(CheckpointMetadataError, match=says):
