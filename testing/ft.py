@@ -26,7 +26,7 @@ import torch
 from runtime.data.synthetic import SyntheticFeatures
 from runtime.run.config import TrainConfig, build_config
 from runtime.telemetry.ledger_store import files_verdict
-from runtime.telemetry.ledger_verdict import Verdict
+from runtime.telemetry.ledger_verdict import Entries, Verdict, judge
 
 DATASET = "testing.ft.PacedFeatures"
 REQUEST = "request-kill"
@@ -148,6 +148,26 @@ def config(folder: Path, *, pace_s: float = 0.0, kill_at: tuple[int, ...] = (),
     # Every rank a whole replica (DDP); with torchft, every rank of each group.
     raw["layout"].setdefault("dp_replicate", -1)
     return build_config(raw, "test")
+
+
+def with_telemetry(folder: Path, name: str, batch: int = 4, **sections: Any
+                   ) -> TrainConfig:
+    """`config`'s run named `name`, its data in folder/data and its telemetry, and so its
+    sample ledger, in folder/telemetry (GKR_LEDGER_DIR, where set, takes the ledger);
+    `sections` as `config` takes them (kill_at, served, and the config's sections)."""
+    telemetry = {"enabled": True, "dsn": f"chdb://{folder}/telemetry", "time_collectives": False}
+    run = {"name": name, **sections.pop("run", {})}
+    return config(folder / "data", batch=batch, telemetry=telemetry, run=run, **sections)
+
+
+def exactly_once(folder: Path, steps: int, samples: int) -> tuple[Verdict, list[dict[str, Any]]]:
+    """The verdict over the ledger files under `folder` and their rows, asserted exactly once
+    up to `steps` with `samples` trained."""
+    rows = ledger(folder)
+    verdict = judge(Entries.from_rows(rows))
+    assert verdict.exactly_once, verdict.explain()
+    assert (verdict.reached_step, verdict.samples) == (steps, samples)
+    return verdict, rows
 
 
 def ledger(folder: Path) -> list[dict[str, Any]]:

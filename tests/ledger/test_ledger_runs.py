@@ -28,7 +28,7 @@ from runtime.telemetry.ledger import LEDGER_DIR, LedgerWriter, ledger_folder, on
 from runtime.telemetry.ledger_verdict import Entries, Verdict, judge
 from runtime.train.driver import run_training
 from runtime.train.loop import LoopContext, RankLedger
-from testing.ft import config, ledger
+from testing.ft import exactly_once, ledger, with_telemetry
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = 4
@@ -101,11 +101,8 @@ def test_the_folder_is_the_pods_else_beside_a_local_store(tmp_path: Path) -> Non
 
 
 def _run(tmp_path: Path, name: str, **sections: Any) -> TrainConfig:
-    """A run with telemetry (and so the ledger) in tmp_path/telemetry."""
-    telemetry = {"enabled": True, "dsn": f"chdb://{tmp_path}/telemetry",
-                 "time_collectives": False}
-    return config(tmp_path / "data", batch=BATCH, telemetry=telemetry,
-                  **{"run": {"name": name, "steps": 6}, **sections})
+    """A 6-step run with telemetry (and so the ledger) in tmp_path/telemetry."""
+    return with_telemetry(tmp_path, name, BATCH, run={"steps": 6}, **sections)
 
 
 def _verdict(rows: list[dict[str, Any]]) -> Verdict:
@@ -113,11 +110,7 @@ def _verdict(rows: list[dict[str, Any]]) -> Verdict:
 
 
 def _exactly_once(tmp_path: Path, steps: int, samples: int) -> list[dict[str, Any]]:
-    rows = ledger(tmp_path / "telemetry" / "ledger")
-    verdict = _verdict(rows)
-    assert verdict.exactly_once, verdict.explain()
-    assert (verdict.reached_step, verdict.samples) == (steps, samples)
-    return rows
+    return exactly_once(tmp_path / "telemetry" / "ledger", steps, samples)[1]
 
 
 def _planted_duplicate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -8,15 +8,12 @@ them)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch.distributed.checkpoint as dcp
 
-from runtime.run.config import TrainConfig
-from runtime.telemetry.ledger_verdict import Entries, Verdict, judge
 from runtime.train.driver import run_training
-from testing.ft import config, kills, ledger
+from testing.ft import exactly_once, kills, with_telemetry
 
 pytestmark = pytest.mark.slow
 BATCH, WORLD = 4, 2
@@ -28,22 +25,6 @@ def _loader_state(step_dir: Path) -> dict[str, int]:
     return state["train"]["loader"]
 
 
-def _run(tmp_path: Path, name: str, **sections: Any) -> TrainConfig:
-    """A run with telemetry in tmp_path/telemetry (the ledger: tmp_path/ledger, conftest)."""
-    telemetry = {"enabled": True, "dsn": f"chdb://{tmp_path}/telemetry",
-                 "time_collectives": False}
-    run = {"name": name, **sections.pop("run")}
-    return config(tmp_path / "data", batch=BATCH, telemetry=telemetry, run=run, **sections)
-
-
-def _exactly_once(tmp_path: Path, steps: int, samples: int) -> tuple[Verdict, list[Any]]:
-    rows = ledger(tmp_path / "ledger")
-    verdict = judge(Entries.from_rows(rows))
-    assert verdict.exactly_once, verdict.explain()
-    assert (verdict.reached_step, verdict.samples) == (steps, samples)
-    return verdict, rows
-
-
 def test_a_restarted_worker_group_resumes_from_the_newest_committed_checkpoint(
     local_ray: None, tmp_path: Path
 ) -> None:
@@ -51,7 +32,7 @@ def test_a_restarted_worker_group_resumes_from_the_newest_committed_checkpoint(
     # one batch in flight its producer reaches it only once step 8 has its batch, so step 6's
     # blocking checkpoint is committed and step 9's cannot be.
     uri = tmp_path / "ckpt"
-    run = _run(tmp_path, "restart", kill_at=(64,),
+    run = with_telemetry(tmp_path, "restart", BATCH, kill_at=(64,),
                run={"steps": 12, "max_failures": 1},
                layout={"max_world_size": WORLD},
                checkpoint={"uri": str(uri), "interval_steps": 3, "keep_last": 2,
@@ -69,7 +50,7 @@ def test_a_restarted_worker_group_resumes_from_the_newest_committed_checkpoint(
     assert _loader_state(uri / "step-0000000012") == {"epoch": 0, "offset": 12 * WORLD * BATCH}
     # The ledger: each rank's restarted incarnation resumed from step 6, and the steps the
     # dead group had trained past it are superseded, not counted twice.
-    verdict, rows = _exactly_once(tmp_path, 12, 12 * WORLD * BATCH)
+    verdict, rows = exactly_once(tmp_path / "ledger", 12, 12 * WORLD * BATCH)
     restarted_ranks = {(r["rank"], r["started"]) for r in rows if r["origin"] == "checkpoint"}
     assert len(restarted_ranks) == WORLD and {r["resumed_from"] for r in rows} == {0, 6}
     assert verdict.superseded_rows == len([r for r in rows if r["origin"] == "fresh"
@@ -80,12 +61,12 @@ def test_an_explicit_resume_checkpoint_loads_into_another_layout_and_producer_co
     local_ray: None, tmp_path: Path
 ) -> None:
     first = tmp_path / "first"
-    two = _run(tmp_path, "two", run={"steps": 8}, layout={"max_world_size": 2},
+    two = with_telemetry(tmp_path, "two", BATCH, run={"steps": 8}, layout={"max_world_size": 2},
                checkpoint={"uri": str(first), "interval_steps": 3})
     assert run_training(two, echo=lambda line: None).checkpoints[:2] == (3, 6)
 
     second = tmp_path / "second"
-    one = _run(tmp_path, "one", run={"steps": 10}, layout={"max_world_size": 1},
+    one = with_telemetry(tmp_path, "one", BATCH, run={"steps": 10}, layout={"max_world_size": 1},
                data={"producers": 3, "collators": 2},
                checkpoint={"uri": str(second), "interval_steps": 3,
                            "resume_from": str(first / "step-0000000006")})
@@ -97,6 +78,6 @@ def test_an_explicit_resume_checkpoint_loads_into_another_layout_and_producer_co
     assert _loader_state(second / "step-0000000009") == {"epoch": 0,
                                                          "offset": 6 * 2 * BATCH + 3 * BATCH}
     # Both runs' ledger rows: the first's steps 7 and 8 (2 ranks) were rolled back.
-    verdict, rows = _exactly_once(tmp_path, 10, 6 * 2 * BATCH + 4 * BATCH)
+    verdict, rows = exactly_once(tmp_path / "ledger", 10, 6 * 2 * BATCH + 4 * BATCH)
     assert verdict.superseded_rows == 4
     assert {r["slots"] for r in rows if r["origin"] == "checkpoint"} == {1}
