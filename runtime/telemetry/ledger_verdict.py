@@ -261,14 +261,16 @@ def _abandoned(entries: Entries) -> npt.NDArray[np.bool_]:
     (a later heal incarnation of its process). Its lineage is lost: its rows are rolled
     back, and its restart rolls back no one's."""
     out = np.zeros(len(entries), dtype=bool)
-    restarts = np.isin(entries.origin, RESTARTS)
+    heal = entries.origin == ORIGINS.index("heal")
+    # Only a process that healed can have left a restart of its own: usually none, so a big
+    # ledger is not walked incarnation by incarnation.
+    restarts = np.isin(entries.origin, RESTARTS) & np.isin(entries.pid, entries.pid[heal])
     for run, pid, group, rank, started in set(zip(
             *(getattr(entries, name)[restarts].tolist()
               for name in ("run", "pid", "group", "rank", "started")), strict=True)):
         process = (entries.run == run) & (entries.pid == pid) & (entries.group == group) \
             & (entries.rank == rank)
-        healed_later = np.any(process & (entries.origin == ORIGINS.index("heal"))
-                              & (entries.started > started))
+        healed_later = np.any(process & heal & (entries.started > started))
         others = (entries.run == run) & ~process & (entries.started < started)
         alive_across = np.any(others & (entries.at > started / 1e9))
         if healed_later and alive_across:
