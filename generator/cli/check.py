@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from generator.cli._app import app, err_console
-from generator.cli._output import Output, OutputOption
-from generator.cli.cluster import complete_clusters, print_results, repo_root
+from generator.cli._app import app, err_console, out_console
+from generator.cli._output import Output, OutputOption, emit
+from generator.cli.cluster import complete_clusters, repo_root
 
 
 @app.command()
@@ -43,3 +43,16 @@ def check(
         return
     print_results(done.results, output)
     raise_if_failed(done.results)
+
+
+def print_results(results: list[dict[str, Any]], output: Output) -> None:
+    """Preflight results: one row per finding, then each node's verdict and figures."""
+    if output is not Output.table:
+        return emit(results, output)
+    rows = [{"node": r["node"], "check": f["check"], "severity": f["severity"],
+             "message": f["message"]} for r in results for f in r["findings"]]
+    emit(rows, output, title="preflight", empty="no findings")
+    for r in results:
+        out_console.print(f"{r['node']}: {'PASSED' if r['passed'] else 'FAILED'}  "
+                          + "  ".join(f"{k}={v}" for k, v in r["figures"].items()))
+    return None

@@ -9,12 +9,11 @@ current kube context (see `generator.cluster.target`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from generator.cli._app import app, err_console, out_console
-from generator.cli._output import Output, emit
 from generator.errors import BadRequest
 from runtime.identity import JobKind
 
@@ -69,19 +68,6 @@ class ConsoleEvents:
 
     def note(self, line: str) -> None:
         err_console.print(line)
-
-
-def print_results(results: list[dict[str, Any]], output: Output) -> None:
-    """Preflight results: one row per finding, then each node's verdict and figures."""
-    if output is not Output.table:
-        return emit(results, output)
-    rows = [{"node": r["node"], "check": f["check"], "severity": f["severity"],
-             "message": f["message"]} for r in results for f in r["findings"]]
-    emit(rows, output, title="preflight", empty="no findings")
-    for r in results:
-        out_console.print(f"{r['node']}: {'PASSED' if r['passed'] else 'FAILED'}  "
-                          + "  ".join(f"{k}={v}" for k, v in r["figures"].items()))
-    return None
 
 
 @app.command()
